@@ -1,0 +1,132 @@
+//! `tandem`: train text classifiers under different parallel-training strategies.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tandem_experiment::{run, BackendKind, Manifest, RunOptions};
+
+#[derive(Parser)]
+#[command(name = "tandem", version, about = "Train text classifiers under parallel-training strategies and compare them")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every model × seed of an experiment manifest.
+    Run {
+        manifest: PathBuf,
+        /// Backend to run on (overrides the manifest): flex, ndarray, wgpu, cuda.
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        /// Results root; runs go to <out>/<experiment>/<run-id>/.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+        /// Never download the dataset; fail if it is missing.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Check a manifest without running it.
+    Validate { manifest: PathBuf },
+    /// List the backends compiled into this build and the architectures.
+    List,
+    /// Get or check the AG News dataset.
+    Data {
+        #[command(subcommand)]
+        command: DataCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Download and unpack the canonical AG News archive, verifying each file's md5.
+    Fetch {
+        /// Target directory (default: $TANDEM_DATA_DIR, else datasets/ag_news).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long, default_value = tandem_data::DEFAULT_ARCHIVE_URL)]
+        url: String,
+    },
+    /// Validate a data directory: rows, classes, md5.
+    Check {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    match dispatch(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Result<(), String> {
+    match command {
+        Command::Run { manifest, backend, out, offline } => {
+            let manifest = Manifest::load(&manifest).map_err(|e| e.to_string())?;
+            let options = RunOptions { backend, out, progress: std::io::stderr().is_terminal() };
+            let summaries = match run(&manifest, &options) {
+                Err(e) if e.is_missing_data() && !offline => {
+                    let dir = manifest.data_dir();
+                    eprintln!("{e}\nfetching it now (pass --offline to stop instead)…");
+                    fetch(Some(dir), tandem_data::DEFAULT_ARCHIVE_URL)?;
+                    run(&manifest, &options)
+                }
+                other => other,
+            }
+            .map_err(|e| e.to_string())?;
+            eprintln!("{} runs finished; results in {}", summaries.len(), options.out.join(&manifest.experiment.name).display());
+            Ok(())
+        }
+        Command::Validate { manifest: path } => {
+            let manifest = Manifest::load(&path).map_err(|e| e.to_string())?;
+            let runs = manifest.models.len() * manifest.experiment.seeds.len();
+            println!(
+                "{}: valid — experiment `{}`, {} models × {} seeds = {runs} runs, strategy {}, backend {}",
+                path.display(),
+                manifest.experiment.name,
+                manifest.models.len(),
+                manifest.experiment.seeds.len(),
+                manifest.strategy.name(),
+                manifest.experiment.backend
+            );
+            if !manifest.experiment.backend.is_compiled() {
+                println!("note: backend `{}` is not compiled into this build", manifest.experiment.backend);
+            }
+            Ok(())
+        }
+        Command::List => {
+            println!("backends in this build:");
+            for b in BackendKind::ALL {
+                println!("  {:<8} {}", b.name(), if b.is_compiled() { "yes" } else { "no (cargo feature not enabled)" });
+            }
+            println!("architectures:");
+            for a in tandem_models::Architecture::ALL {
+                println!("  {}", a.name());
+            }
+            println!("strategies:\n  sequential");
+            Ok(())
+        }
+        Command::Data { command: DataCommand::Fetch { dir, url } } => fetch(dir, &url),
+        Command::Data { command: DataCommand::Check { dir } } => {
+            let dir = tandem_data::resolve_data_dir(dir.as_deref());
+            let report = tandem_data::check_dir(&dir).map_err(|e| e.to_string())?;
+            println!("{report}");
+            if report.all_ok() { Ok(()) } else { Err(format!("{} does not hold the expected AG News files", dir.display())) }
+        }
+    }
+}
+
+fn fetch(dir: Option<PathBuf>, url: &str) -> Result<(), String> {
+    let dir = tandem_data::resolve_data_dir(dir.as_deref());
+    let report = tandem_data::fetch(&dir, url, std::io::stderr().is_terminal()).map_err(|e| e.to_string())?;
+    println!("{report}");
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! Tandem's experiment runner: reads a manifest, prepares the data, trains every
+//! model × seed with the requested strategy on the requested backend, and writes a
+//! results folder per run.
+
+pub mod backend;
+pub mod manifest;
+pub mod results;
+pub mod runner;
+
+pub use backend::{BackendKind, DeviceSpec};
+pub use manifest::{Manifest, ManifestError, ModelEntry, StrategyConfig};
+pub use results::RunSummary;
+pub use runner::{run, RunOptions};
+
+/// Tandem's version, recorded in every results folder.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

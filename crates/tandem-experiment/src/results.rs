@@ -1,0 +1,161 @@
+//! Results folders: `<out>/<experiment>/<run-id>/` with the resolved manifest, the vocabulary,
+//! per-epoch metrics (`epochs.jsonl`) and `summary.json`. Every file is written atomically
+//! (temporary file in the same folder, then rename), so a reader never sees half a file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tandem_train::{ClassificationMetrics, EpochRecord};
+
+/// Writes `contents` to `path` atomically.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(contents)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Writes `value` as pretty JSON, atomically.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    write_atomic(path, format!("{text}\n").as_bytes())
+}
+
+/// Writes the epoch records as JSON lines, atomically (the whole file is replaced each epoch).
+pub fn write_epochs(path: &Path, records: &[EpochRecord]) -> std::io::Result<()> {
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&serde_json::to_string(r).map_err(std::io::Error::other)?);
+        text.push('\n');
+    }
+    write_atomic(path, text.as_bytes())
+}
+
+/// Whether a run finished.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    Finished,
+    Failed,
+}
+
+/// `summary.json`: everything needed to read, compare and reproduce one run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RunSummary {
+    pub status: RunStatus,
+    /// Why the run failed (absent when it finished).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    pub experiment: String,
+    pub run_id: String,
+    pub model: String,
+    pub architecture: String,
+    pub strategy: String,
+    pub backend: String,
+    pub devices: Vec<String>,
+    /// Compute threads per device.
+    pub threads_per_device: usize,
+    pub seed: u64,
+    /// E.g. "AG News test split, 80/20 re-split (seed 42)".
+    pub data: String,
+    pub train_samples: usize,
+    pub holdout_samples: usize,
+    pub vocab_size: usize,
+    pub max_len: usize,
+    pub parameters: usize,
+    pub epochs_completed: usize,
+    /// Sum of the epochs' training time (evaluation excluded).
+    pub train_seconds: f64,
+    pub eval_seconds: f64,
+    pub train_samples_per_second: f64,
+    /// Holdout metrics after the last completed epoch.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub final_metrics: Option<ClassificationMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub final_holdout_loss: Option<f64>,
+    /// Epoch (1-based) with the best holdout accuracy, and that accuracy.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub best_epoch: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub best_accuracy: Option<f64>,
+    pub tandem_version: String,
+    pub started_at: String,
+    pub finished_at: String,
+    /// Strategy-specific totals (communication, …) of the last epoch.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RunSummary {
+    /// Fills the figures that derive from the epoch records.
+    pub fn set_epochs(&mut self, records: &[EpochRecord]) {
+        self.epochs_completed = records.len();
+        self.train_seconds = records.iter().map(|r| r.train_seconds).sum();
+        self.eval_seconds = records.iter().map(|r| r.eval_seconds).sum();
+        let samples: f64 = records.iter().map(|r| r.train_samples_per_second * r.train_seconds).sum();
+        self.train_samples_per_second = samples / self.train_seconds.max(1e-9);
+        if let Some(last) = records.last() {
+            self.final_metrics = Some(last.holdout.clone());
+            self.final_holdout_loss = Some(last.holdout_loss);
+            self.extra = last.extra.clone();
+        }
+        if let Some(best) = records.iter().max_by(|a, b| a.holdout.accuracy.total_cmp(&b.holdout.accuracy)) {
+            self.best_epoch = Some(best.epoch);
+            self.best_accuracy = Some(best.holdout.accuracy);
+        }
+    }
+}
+
+/// A UTC timestamp for folder names and records: `2026-11-30T15:04:05Z`.
+pub fn now_utc() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// Creates a fresh run folder `<out>/<experiment>/<run-id>` (suffixing `-2`, `-3`… if taken).
+pub fn create_run_dir(out: &Path, experiment: &str, run_id: &str) -> std::io::Result<(PathBuf, String)> {
+    let parent = out.join(experiment);
+    std::fs::create_dir_all(&parent)?;
+    for attempt in 1.. {
+        let id = if attempt == 1 { run_id.to_string() } else { format!("{run_id}-{attempt}") };
+        match std::fs::create_dir(parent.join(&id)) {
+            Ok(()) => return Ok((parent.join(&id), id)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the attempt counter is unbounded")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("summary.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn run_dirs_never_overwrite_an_earlier_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, id_a) = create_run_dir(dir.path(), "exp", "cnn-sequential-seed1").unwrap();
+        let (b, id_b) = create_run_dir(dir.path(), "exp", "cnn-sequential-seed1").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(id_a, "cnn-sequential-seed1");
+        assert_eq!(id_b, "cnn-sequential-seed1-2");
+    }
+}

@@ -1,0 +1,292 @@
+//! Runs a manifest: data preparation once, then one training run per model × seed.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::AutodiffBackend;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tandem_data::{DataError, Encoded, SplitConfig, Splits, Vocab};
+use tandem_models::{Classifier, InputSpec};
+use tandem_train::{EpochRecord, Sequential, Strategy};
+
+use crate::backend::{BackendKind, DeviceSpec};
+use crate::manifest::{Manifest, ModelEntry, StrategyConfig};
+use crate::results::{self, RunStatus, RunSummary};
+
+/// Command-line choices that override or complete the manifest.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Overrides `[experiment] backend`.
+    pub backend: Option<BackendKind>,
+    /// Results root (runs go to `<out>/<experiment>/<run-id>/`).
+    pub out: PathBuf,
+    /// Draw progress bars (only shown on a terminal).
+    pub progress: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { backend: None, out: PathBuf::from("results"), progress: true }
+    }
+}
+
+/// Why a run could not start or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot write results to {path}: {source}")]
+    Results { path: PathBuf, source: std::io::Error },
+    #[error("{failed} of {total} runs failed (see their summary.json); the others finished")]
+    RunsFailed { failed: usize, total: usize },
+}
+
+impl RunError {
+    /// Whether the error means "no dataset found" (the caller may offer `tandem data fetch`).
+    pub fn is_missing_data(&self) -> bool {
+        matches!(self, RunError::Data(DataError::NoData { .. }))
+    }
+}
+
+/// The prepared data every run of an experiment shares.
+pub struct PreparedData {
+    pub splits_description: String,
+    pub vocab: Vocab,
+    pub train: Encoded,
+    pub holdout: Encoded,
+}
+
+/// Loads the splits and builds the vocabulary from the training split only.
+pub fn prepare_data(manifest: &Manifest) -> Result<PreparedData, RunError> {
+    let d = &manifest.data;
+    let split = SplitConfig {
+        holdout_fraction: d.holdout_fraction,
+        seed: d.split_seed,
+        verify_md5: d.verify_md5,
+        max_train: d.max_train_rows,
+        max_holdout: d.max_holdout_rows,
+    };
+    let Splits { train, holdout, description } = tandem_data::load_splits_with(&manifest.data_dir(), &split)?;
+    let vocab = Vocab::build(train.iter().map(|s| s.text()), &d.vocab);
+    Ok(PreparedData {
+        splits_description: description,
+        train: Encoded::new(&train, &vocab, d.max_len),
+        holdout: Encoded::new(&holdout, &vocab, d.max_len),
+        vocab,
+    })
+}
+
+/// Runs every model × seed of `manifest`; returns the summaries of all runs.
+/// A failed run is recorded (with the epochs it finished) and the others still run.
+pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>, RunError> {
+    let backend = options.backend.unwrap_or(manifest.experiment.backend);
+    if !backend.is_compiled() {
+        return Err(RunError::Config(format!(
+            "backend `{backend}` is not compiled into this build (it has: {}); rebuild with `--features {backend}`",
+            BackendKind::compiled().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let devices: Vec<DeviceSpec> = manifest
+        .experiment
+        .devices
+        .iter()
+        .map(|d| d.parse::<DeviceSpec>().and_then(|s| s.check_backend(backend).map(|_| s)))
+        .collect::<Result<_, _>>()
+        .map_err(|m| RunError::Config(format!("{}: [experiment] devices: {m}", manifest.source.display())))?;
+    let data = prepare_data(manifest)?;
+    let mut summaries = Vec::new();
+    for model in &manifest.models {
+        for &seed in &manifest.experiment.seeds {
+            summaries.push(run_one(manifest, model, seed, backend, &devices, &data, options)?);
+        }
+    }
+    let failed = summaries.iter().filter(|s| s.status == RunStatus::Failed).count();
+    if failed > 0 {
+        return Err(RunError::RunsFailed { failed, total: summaries.len() });
+    }
+    Ok(summaries)
+}
+
+/// Everything a single run needs, independent of the backend type.
+struct RunContext<'a> {
+    entry: &'a ModelEntry,
+    strategy: &'a StrategyConfig,
+    seed: u64,
+    data: &'a PreparedData,
+    dir: &'a Path,
+    progress: ProgressBar,
+}
+
+fn run_one(
+    manifest: &Manifest,
+    entry: &ModelEntry,
+    seed: u64,
+    backend: BackendKind,
+    devices: &[DeviceSpec],
+    data: &PreparedData,
+    options: &RunOptions,
+) -> Result<RunSummary, RunError> {
+    let strategy = &manifest.strategy;
+    let run_id = format!("{}-{}-seed{seed}", entry.name, strategy.name());
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Results { path, source }
+    };
+    let (dir, run_id) = results::create_run_dir(&options.out, &manifest.experiment.name, &run_id)
+        .map_err(io_err(&options.out))?;
+    let mut resolved = manifest.for_run(entry, seed);
+    resolved.experiment.backend = backend;
+    results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
+    data.vocab.save(&dir.join("vocab.json"))?;
+
+    let threads = entry.train.threads;
+    let total = (entry.train.epochs * data.train.len()) as u64;
+    let progress = progress_bar(options.progress, total, &run_id);
+    let started_at = results::now_utc();
+    let ctx = RunContext { entry, strategy, seed, data, dir: &dir, progress };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tandem-compute-{i}"))
+        .build()
+        .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
+    let outcome = pool.install(|| dispatch(backend, &devices[0], &ctx));
+
+    let (records, parameters, error) = match outcome {
+        Ok((records, parameters)) => (records, parameters, None),
+        Err((records, parameters, message)) => (records, parameters, Some(message)),
+    };
+    ctx.progress.finish_and_clear();
+    let mut summary = RunSummary {
+        status: if error.is_some() { RunStatus::Failed } else { RunStatus::Finished },
+        error,
+        experiment: manifest.experiment.name.clone(),
+        run_id: run_id.clone(),
+        model: entry.name.clone(),
+        architecture: entry.config.architecture().name().into(),
+        strategy: strategy.name().into(),
+        backend: backend.name().into(),
+        devices: vec![devices[0].to_string()],
+        threads_per_device: threads,
+        seed,
+        data: data.splits_description.clone(),
+        train_samples: data.train.len(),
+        holdout_samples: data.holdout.len(),
+        vocab_size: data.vocab.len(),
+        max_len: manifest.data.max_len,
+        parameters,
+        epochs_completed: 0,
+        train_seconds: 0.0,
+        eval_seconds: 0.0,
+        train_samples_per_second: 0.0,
+        final_metrics: None,
+        final_holdout_loss: None,
+        best_epoch: None,
+        best_accuracy: None,
+        tandem_version: crate::VERSION.into(),
+        started_at,
+        finished_at: results::now_utc(),
+        extra: Default::default(),
+    };
+    summary.set_epochs(&records);
+    results::write_json(&dir.join("summary.json"), &summary).map_err(io_err(&dir))?;
+    match &summary.error {
+        Some(e) => eprintln!("{run_id}: FAILED after {} epochs: {e}", records.len()),
+        None => eprintln!(
+            "{run_id}: accuracy {:.4}, macro F1 {:.4}, {:.1} s training, {:.0} samples/s → {}",
+            summary.final_metrics.as_ref().map_or(0.0, |m| m.accuracy),
+            summary.final_metrics.as_ref().map_or(0.0, |m| m.macro_f1),
+            summary.train_seconds,
+            summary.train_samples_per_second,
+            dir.display()
+        ),
+    }
+    Ok(summary)
+}
+
+fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    // stderr target: drawn only when stderr is a terminal.
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} samples, {per_sec}, eta {eta} {msg}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(label.to_string());
+    bar
+}
+
+/// What a finished or failed run returns: its epoch records and parameter count (+ the error).
+type Outcome = Result<(Vec<EpochRecord>, usize), (Vec<EpochRecord>, usize, String)>;
+
+/// Picks the concrete backend type and device for a run.
+fn dispatch(backend: BackendKind, device: &DeviceSpec, ctx: &RunContext) -> Outcome {
+    use burn::backend::Autodiff;
+    let _ = device; // CPU backends have one device; GPU backends pick theirs by index.
+    match backend {
+        #[cfg(feature = "flex")]
+        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(Default::default(), ctx),
+        #[cfg(feature = "ndarray")]
+        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(Default::default(), ctx),
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => train_on::<Autodiff<burn::backend::Wgpu>>(
+            if device.index == 0 {
+                burn::backend::wgpu::WgpuDevice::DefaultDevice
+            } else {
+                burn::backend::wgpu::WgpuDevice::DiscreteGpu(device.index)
+            },
+            ctx,
+        ),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => {
+            train_on::<Autodiff<burn::backend::Cuda>>(burn::backend::cuda::CudaDevice::new(device.index), ctx)
+        }
+        #[allow(unreachable_patterns)]
+        other => Err((Vec::new(), 0, format!("backend `{other}` is not compiled into this build"))),
+    }
+}
+
+/// Builds the model and strategy on backend `B` and trains, writing `epochs.jsonl` as it goes.
+fn train_on<B: AutodiffBackend>(device: B::Device, ctx: &RunContext) -> Outcome {
+    let train = &ctx.entry.train;
+    let input = InputSpec {
+        vocab_size: ctx.data.vocab.len(),
+        max_len: ctx.data.train.max_len,
+        num_classes: tandem_data::NUM_CLASSES,
+    };
+    tandem_train::seed_backend::<B>(&device, ctx.seed);
+    let model: Classifier<B> = ctx.entry.config.init(&input, &device);
+    let parameters = model.parameter_count();
+    let mut strategy: Box<dyn Strategy<B>> = match ctx.strategy {
+        StrategyConfig::Sequential => Box::new(Sequential::new(model, train, device.clone())),
+    };
+    let epochs_path = ctx.dir.join("epochs.jsonl");
+    let mut written: Vec<EpochRecord> = Vec::new();
+    let progress = &ctx.progress;
+    let on_batch = |n: usize| progress.inc(n as u64);
+    let mut on_epoch = |record: &EpochRecord| {
+        written.push(record.clone());
+        let line = format!(
+            "  epoch {:>2}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {:.0} samples/s",
+            record.epoch, record.train_loss, record.holdout_loss, record.holdout.accuracy, record.holdout.macro_f1,
+            record.train_samples_per_second
+        );
+        if progress.is_hidden() { eprintln!("{line}") } else { progress.println(line) }
+        results::write_epochs(&epochs_path, &written).map_err(|e| format!("cannot write {}: {e}", epochs_path.display()))
+    };
+    let result = tandem_train::train(
+        strategy.as_mut(),
+        train,
+        ctx.seed,
+        &ctx.data.train,
+        &ctx.data.holdout,
+        &device,
+        &on_batch,
+        &mut on_epoch,
+    );
+    match result {
+        Ok(records) => Ok((records, parameters)),
+        Err(e) => Err((written, parameters, e.to_string())),
+    }
+}

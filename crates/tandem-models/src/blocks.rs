@@ -1,0 +1,217 @@
+//! The building blocks every classifier is made of, and the activation that flows between them.
+
+use burn::module::Module;
+use burn::nn::conv::Conv1d;
+use burn::nn::gru::{BiGru, Gru};
+use burn::nn::lstm::{BiLstm, Lstm};
+use burn::nn::transformer::TransformerEncoderLayer;
+use burn::nn::{Dropout, Embedding, Linear};
+use burn::tensor::activation::relu;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+
+/// What flows from one block (or stage) to the next.
+#[derive(Clone, Debug)]
+pub enum Activation<B: Backend> {
+    /// Token ids, `[batch, seq]`: the input of the first block.
+    Tokens(Tensor<B, 2, Int>),
+    /// A feature sequence, `[batch, seq, features]`.
+    Sequence(Tensor<B, 3>),
+    /// One feature vector per sample, `[batch, features]` (the logits after the head).
+    Features(Tensor<B, 2>),
+}
+
+impl<B: Backend> Activation<B> {
+    /// Moves the activation to `device`.
+    pub fn to_device(self, device: &B::Device) -> Self {
+        match self {
+            Self::Tokens(t) => Self::Tokens(t.to_device(device)),
+            Self::Sequence(t) => Self::Sequence(t.to_device(device)),
+            Self::Features(t) => Self::Features(t.to_device(device)),
+        }
+    }
+
+    /// Number of scalar elements (4 bytes each on f32 / i32 backends, as sent over a link).
+    pub fn num_elements(&self) -> usize {
+        match self {
+            Self::Tokens(t) => t.shape().num_elements(),
+            Self::Sequence(t) => t.shape().num_elements(),
+            Self::Features(t) => t.shape().num_elements(),
+        }
+    }
+
+    /// The `[batch, features]` tensor; panics on another variant (a wiring bug, not user input).
+    pub fn into_features(self) -> Tensor<B, 2> {
+        match self {
+            Self::Features(t) => t,
+            other => panic!("expected features, got {}", other.kind()),
+        }
+    }
+
+    fn into_sequence(self) -> Tensor<B, 3> {
+        match self {
+            Self::Sequence(t) => t,
+            other => panic!("expected a feature sequence, got {}", other.kind()),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Tokens(_) => "token ids",
+            Self::Sequence(_) => "a feature sequence",
+            Self::Features(_) => "features",
+        }
+    }
+}
+
+/// `[batch, seq, 1]` float mask: 1 on real tokens, 0 on padding.
+fn keep_mask<B: Backend>(mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+    mask_pad.clone().bool_not().float().unsqueeze_dim(2)
+}
+
+/// Mean over the non-padding positions of a `[batch, seq, features]` tensor.
+pub(crate) fn masked_mean<B: Backend>(x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 2> {
+    let keep = keep_mask(mask_pad);
+    let count = keep.clone().sum_dim(1).clamp_min(1.0); // [batch, 1, 1]
+    (x * keep).sum_dim(1).div(count).squeeze_dim(1)
+}
+
+/// Token embedding (plus learned positions for the Transformer); padding positions are zeroed.
+#[derive(Module, Debug)]
+pub struct EmbeddingBlock<B: Backend> {
+    pub(crate) tokens: Embedding<B>,
+    pub(crate) positions: Option<Embedding<B>>,
+    pub(crate) dropout: Dropout,
+}
+
+impl<B: Backend> EmbeddingBlock<B> {
+    /// `[batch, seq]` ids → `[batch, seq, embedding]`.
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+        let [batch, seq] = tokens.dims();
+        let device = tokens.device();
+        let mut x = self.tokens.forward(tokens);
+        if let Some(positions) = &self.positions {
+            let ids = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
+                .reshape([1, seq])
+                .repeat_dim(0, batch);
+            x = x + positions.forward(ids);
+        }
+        self.dropout.forward(x * keep_mask(mask_pad))
+    }
+}
+
+/// Parallel 1-D convolutions of several widths → ReLU → max over time, concatenated.
+#[derive(Module, Debug)]
+pub struct ConvPoolBlock<B: Backend> {
+    pub(crate) convs: Vec<Conv1d<B>>,
+}
+
+impl<B: Backend> ConvPoolBlock<B> {
+    /// `[batch, seq, embedding]` → `[batch, filters × widths]`.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 2> {
+        let x = x.swap_dims(1, 2); // [batch, channels, seq], as Conv1d expects
+        let pooled = self
+            .convs
+            .iter()
+            .map(|conv| relu(conv.forward(x.clone())).max_dim(2).squeeze_dim(2))
+            .collect();
+        Tensor::cat(pooled, 1)
+    }
+}
+
+/// One recurrent cell type, uni- or bidirectional (Burn's own modules).
+#[derive(Module, Debug)]
+pub enum Rnn<B: Backend> {
+    Lstm(Lstm<B>),
+    BiLstm(BiLstm<B>),
+    Gru(Gru<B>),
+    BiGru(BiGru<B>),
+}
+
+/// One recurrent layer over the whole sequence, followed by dropout.
+#[derive(Module, Debug)]
+pub struct RecurrentBlock<B: Backend> {
+    pub(crate) rnn: Rnn<B>,
+    pub(crate) dropout: Dropout,
+}
+
+impl<B: Backend> RecurrentBlock<B> {
+    /// `[batch, seq, in]` → `[batch, seq, hidden × directions]`.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let out = match &self.rnn {
+            Rnn::Lstm(m) => m.forward(x, None).0,
+            Rnn::BiLstm(m) => m.forward(x, None).0,
+            Rnn::Gru(m) => m.forward(x, None),
+            Rnn::BiGru(m) => m.forward(x, None).0,
+        };
+        self.dropout.forward(out)
+    }
+}
+
+/// One Transformer encoder layer (self-attention with the padding mask + feed-forward).
+#[derive(Module, Debug)]
+pub struct EncoderBlock<B: Backend> {
+    pub(crate) layer: TransformerEncoderLayer<B>,
+}
+
+impl<B: Backend> EncoderBlock<B> {
+    /// `[batch, seq, d_model]` → `[batch, seq, d_model]`.
+    pub fn forward(&self, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+        self.layer.forward(x, Some(mask_pad.clone()), None)
+    }
+}
+
+/// Masked mean pooling (for sequences) → dropout → linear layer to the class logits.
+#[derive(Module, Debug)]
+pub struct HeadBlock<B: Backend> {
+    pub(crate) dropout: Dropout,
+    pub(crate) output: Linear<B>,
+}
+
+impl<B: Backend> HeadBlock<B> {
+    /// Features or a sequence → `[batch, classes]` logits.
+    pub fn forward(&self, x: Activation<B>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 2> {
+        let features = match x {
+            Activation::Sequence(seq) => masked_mean(seq, mask_pad),
+            other => other.into_features(),
+        };
+        self.output.forward(self.dropout.forward(features))
+    }
+}
+
+/// One step of a classifier's block sequence.
+#[derive(Module, Debug)]
+pub enum Block<B: Backend> {
+    Embedding(EmbeddingBlock<B>),
+    ConvPool(ConvPoolBlock<B>),
+    Recurrent(RecurrentBlock<B>),
+    Encoder(EncoderBlock<B>),
+    Head(HeadBlock<B>),
+}
+
+impl<B: Backend> Block<B> {
+    /// Runs the block; `mask_pad` (`true` at padding) is available to every block.
+    pub fn forward(&self, x: Activation<B>, mask_pad: &Tensor<B, 2, Bool>) -> Activation<B> {
+        match self {
+            Block::Embedding(b) => match x {
+                Activation::Tokens(ids) => Activation::Sequence(b.forward(ids, mask_pad)),
+                other => panic!("the embedding block expects token ids, got {}", other.kind()),
+            },
+            Block::ConvPool(b) => Activation::Features(b.forward(x.into_sequence())),
+            Block::Recurrent(b) => Activation::Sequence(b.forward(x.into_sequence())),
+            Block::Encoder(b) => Activation::Sequence(b.forward(x.into_sequence(), mask_pad)),
+            Block::Head(b) => Activation::Features(b.forward(x, mask_pad)),
+        }
+    }
+
+    /// Short name of the block kind, for logs and stage descriptions.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Block::Embedding(_) => "embedding",
+            Block::ConvPool(_) => "conv-pool",
+            Block::Recurrent(_) => "recurrent",
+            Block::Encoder(_) => "encoder",
+            Block::Head(_) => "head",
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! A classifier as an ordered block sequence, and cutting it into stages.
+
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+
+use crate::blocks::{Activation, Block};
+
+/// A text classifier: blocks run in order from token ids to class logits.
+///
+/// A contiguous slice of a classifier's blocks is itself a `Classifier` (a *stage*):
+/// [`Classifier::split`] cuts one into stages, [`Classifier::join`] glues them back.
+#[derive(Module, Debug)]
+pub struct Classifier<B: Backend> {
+    blocks: Vec<Block<B>>,
+}
+
+/// Why a list of cut points is not a legal cut.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CutError {
+    #[error("cut point {cut} is outside 1..{blocks} (the model has {blocks} blocks)")]
+    OutOfRange { cut: usize, blocks: usize },
+    #[error("cut points must be strictly increasing, got {0:?}")]
+    NotIncreasing(Vec<usize>),
+    #[error("{stages} stages requested but the model has only {blocks} blocks")]
+    TooManyStages { stages: usize, blocks: usize },
+}
+
+impl<B: Backend> Classifier<B> {
+    /// A classifier (or stage) made of `blocks`.
+    pub fn from_blocks(blocks: Vec<Block<B>>) -> Self {
+        Self { blocks }
+    }
+
+    /// The blocks, in execution order.
+    pub fn blocks(&self) -> &[Block<B>] {
+        &self.blocks
+    }
+
+    /// Number of blocks.
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Token ids `[batch, seq]` and padding mask (`true` at padding) → logits `[batch, classes]`.
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 2> {
+        self.forward_activation(Activation::Tokens(tokens), mask_pad).into_features()
+    }
+
+    /// Runs this classifier's (or stage's) blocks on an activation.
+    pub fn forward_activation(&self, x: Activation<B>, mask_pad: &Tensor<B, 2, Bool>) -> Activation<B> {
+        self.blocks.iter().fold(x, |x, block| block.forward(x, mask_pad))
+    }
+
+    /// Cuts the block sequence before each index in `cuts` (strictly increasing, in `1..num_blocks`).
+    /// `cuts = [1, 3]` on a 4-block model gives stages `[0]`, `[1, 2]`, `[3]`.
+    pub fn split(self, cuts: &[usize]) -> Result<Vec<Classifier<B>>, CutError> {
+        let n = self.blocks.len();
+        if let Some(&cut) = cuts.iter().find(|&&c| c == 0 || c >= n) {
+            return Err(CutError::OutOfRange { cut, blocks: n });
+        }
+        if cuts.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(CutError::NotIncreasing(cuts.to_vec()));
+        }
+        let mut stages = Vec::with_capacity(cuts.len() + 1);
+        let mut rest = self.blocks;
+        for &cut in cuts.iter().rev() {
+            let tail = rest.split_off(cut);
+            stages.push(Classifier::from_blocks(tail));
+        }
+        stages.push(Classifier::from_blocks(rest));
+        stages.reverse();
+        Ok(stages)
+    }
+
+    /// Cut points that split this model into `stages` stages with block counts as even as possible.
+    pub fn even_cuts(&self, stages: usize) -> Result<Vec<usize>, CutError> {
+        let n = self.blocks.len();
+        if stages == 0 || stages > n {
+            return Err(CutError::TooManyStages { stages, blocks: n });
+        }
+        Ok((1..stages).map(|s| s * n / stages).collect())
+    }
+
+    /// Glues stages back into one classifier (the inverse of [`Classifier::split`]).
+    pub fn join(stages: Vec<Classifier<B>>) -> Self {
+        Self::from_blocks(stages.into_iter().flat_map(|s| s.blocks).collect())
+    }
+
+    /// Number of scalar parameters.
+    pub fn parameter_count(&self) -> usize {
+        self.num_params()
+    }
+}

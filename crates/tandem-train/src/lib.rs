@@ -1,0 +1,219 @@
+//! Training: the strategy seam, the sequential strategy, evaluation and metrics.
+//!
+//! The epoch loop ([`train`]) is the same for every strategy: it draws a fresh
+//! seeded shuffle each epoch, hands the global batches to a [`Strategy`], then
+//! evaluates the strategy's current model on the holdout set. A strategy decides
+//! only *how* a global batch turns into a parameter update (one device, replicas,
+//! stages…).
+
+pub mod metrics;
+pub mod optim;
+mod sequential;
+mod step;
+
+use std::time::Instant;
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use serde::{Deserialize, Serialize};
+use tandem_data::Encoded;
+use tandem_models::Classifier;
+
+pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
+pub use optim::{AnyOptimizer, LrSchedule, OptimizerKind};
+pub use sequential::Sequential;
+pub use step::{evaluate, gradients, Evaluation};
+
+/// The `[train]` section of a manifest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    pub epochs: usize,
+    /// Global batch size (split across replicas by data-parallel strategies).
+    pub batch_size: usize,
+    pub eval_batch_size: usize,
+    pub optimizer: OptimizerKind,
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub epsilon: f64,
+    pub lr_schedule: LrSchedule,
+    pub warmup_steps: usize,
+    /// Final learning rate of a decaying schedule, as a fraction of `learning_rate`.
+    pub min_lr_fraction: f64,
+    /// Clip the global L2 norm of the gradients to this value.
+    pub grad_clip_norm: Option<f64>,
+    /// Compute threads per device (on a CPU backend a device is this many cores).
+    pub threads: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 5,
+            batch_size: 64,
+            eval_batch_size: 256,
+            optimizer: OptimizerKind::Adamw,
+            learning_rate: 1e-3,
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            lr_schedule: LrSchedule::Cosine,
+            warmup_steps: 0,
+            min_lr_fraction: 0.05,
+            grad_clip_norm: Some(5.0),
+            threads: 1,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Checks values serde cannot; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = |name: &str, v: usize| if v == 0 { Err(format!("`{name}` must be at least 1")) } else { Ok(()) };
+        positive("epochs", self.epochs)?;
+        positive("batch_size", self.batch_size)?;
+        positive("eval_batch_size", self.eval_batch_size)?;
+        positive("threads", self.threads)?;
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return Err(format!("`learning_rate` must be positive, got {}", self.learning_rate));
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_fraction) {
+            return Err(format!("`min_lr_fraction` must be in [0, 1], got {}", self.min_lr_fraction));
+        }
+        if self.weight_decay < 0.0 {
+            return Err(format!("`weight_decay` must not be negative, got {}", self.weight_decay));
+        }
+        if let Some(c) = self.grad_clip_norm.filter(|c| !(*c > 0.0)) {
+            return Err(format!("`grad_clip_norm` must be positive, got {c}"));
+        }
+        Ok(())
+    }
+
+    /// Optimizer steps in one epoch over `samples` training samples.
+    pub fn steps_per_epoch(&self, samples: usize) -> usize {
+        samples.div_ceil(self.batch_size)
+    }
+}
+
+/// One epoch's work for a strategy: the global batches, in order.
+pub struct EpochPlan<'a> {
+    /// 0-based epoch number.
+    pub epoch: usize,
+    /// Sample indices of each global batch (the last one may be short).
+    pub batches: Vec<Vec<usize>>,
+    pub data: &'a Encoded,
+    /// Optimizer steps taken before this epoch (for the learning-rate schedule).
+    pub first_step: usize,
+    /// Optimizer steps of the whole run.
+    pub total_steps: usize,
+    /// Called after each global batch with the number of samples it held.
+    pub on_batch: &'a (dyn Fn(usize) + Sync),
+}
+
+/// What a strategy reports about one training epoch.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct TrainStats {
+    /// Mean training loss per sample.
+    pub loss: f64,
+    pub samples: usize,
+    pub steps: usize,
+    /// Strategy-specific figures (communication, bubbles…), recorded as-is in the results.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Errors a training run can stop with.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("training diverged at epoch {epoch}: the loss is {loss}")]
+    Diverged { epoch: usize, loss: f64 },
+    #[error("{0}")]
+    Strategy(String),
+    #[error("stopped by the caller: {0}")]
+    Stopped(String),
+}
+
+/// How a global batch becomes a parameter update: the seam the parallel strategies plug into.
+pub trait Strategy<B: AutodiffBackend> {
+    /// Name recorded in results (`sequential`, `data-parallel`, …).
+    fn name(&self) -> &str;
+    /// The devices the strategy computes on, as recorded in results.
+    fn devices(&self) -> Vec<String>;
+    /// Trains over one epoch's global batches.
+    fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError>;
+    /// The current parameters as one whole model on `device` (for evaluation and saving).
+    fn model(&self) -> Classifier<B>;
+}
+
+/// One epoch's record, as written to `epochs.jsonl`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct EpochRecord {
+    /// 1-based epoch number.
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub holdout_loss: f64,
+    pub holdout: ClassificationMetrics,
+    /// Learning rate at the epoch's last step.
+    pub learning_rate: f64,
+    pub train_seconds: f64,
+    pub eval_seconds: f64,
+    pub train_samples_per_second: f64,
+    pub steps: usize,
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
+/// epoch on `eval_device`. `on_epoch` receives each record as soon as it exists (to write it to
+/// disk) and may stop the run by returning an error.
+pub fn train<B: AutodiffBackend>(
+    strategy: &mut dyn Strategy<B>,
+    config: &TrainConfig,
+    seed: u64,
+    train: &Encoded,
+    holdout: &Encoded,
+    eval_device: &B::Device,
+    on_batch: &(dyn Fn(usize) + Sync),
+    on_epoch: &mut dyn FnMut(&EpochRecord) -> Result<(), String>,
+) -> Result<Vec<EpochRecord>, TrainError> {
+    let steps_per_epoch = config.steps_per_epoch(train.len());
+    let total_steps = steps_per_epoch * config.epochs;
+    let mut records = Vec::with_capacity(config.epochs);
+    for epoch in 0..config.epochs {
+        let order = tandem_data::epoch_order(train.len(), seed, epoch);
+        let batches: Vec<Vec<usize>> = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
+        let first_step = epoch * steps_per_epoch;
+        let plan = EpochPlan { epoch, batches, data: train, first_step, total_steps, on_batch };
+
+        let started = Instant::now();
+        let stats = strategy.train_epoch(&plan)?;
+        let train_seconds = started.elapsed().as_secs_f64();
+        if !stats.loss.is_finite() {
+            return Err(TrainError::Diverged { epoch: epoch + 1, loss: stats.loss });
+        }
+
+        let started = Instant::now();
+        let model = burn::module::AutodiffModule::valid(&strategy.model());
+        let eval = evaluate::<B::InnerBackend>(&model, holdout, config.eval_batch_size, eval_device);
+        let record = EpochRecord {
+            epoch: epoch + 1,
+            train_loss: stats.loss,
+            holdout_loss: eval.loss,
+            holdout: eval.metrics,
+            learning_rate: optim::learning_rate(config, first_step + stats.steps.saturating_sub(1), total_steps),
+            train_seconds,
+            eval_seconds: started.elapsed().as_secs_f64(),
+            train_samples_per_second: stats.samples as f64 / train_seconds.max(1e-9),
+            steps: stats.steps,
+            extra: stats.extra,
+        };
+        on_epoch(&record).map_err(TrainError::Stopped)?;
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// Seeds the backend's random number generator on `device` (parameter init, dropout).
+pub fn seed_backend<B: Backend>(device: &B::Device, seed: u64) {
+    B::seed(device, seed);
+}

@@ -1,0 +1,56 @@
+//! The baseline strategy: one model on one device.
+
+use burn::tensor::backend::AutodiffBackend;
+use tandem_models::Classifier;
+
+use crate::optim::{clip_gradient_norm, learning_rate, AnyOptimizer};
+use crate::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
+
+/// Trains one model on one device, one global batch per optimizer step.
+pub struct Sequential<B: AutodiffBackend> {
+    model: Option<Classifier<B>>,
+    optimizer: AnyOptimizer<Classifier<B>, B>,
+    config: TrainConfig,
+    device: B::Device,
+}
+
+impl<B: AutodiffBackend> Sequential<B> {
+    /// Takes ownership of `model`, which must live on `device`.
+    pub fn new(model: Classifier<B>, config: &TrainConfig, device: B::Device) -> Self {
+        Self { model: Some(model), optimizer: AnyOptimizer::new(config), config: config.clone(), device }
+    }
+}
+
+impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
+    fn name(&self) -> &str {
+        "sequential"
+    }
+
+    fn devices(&self) -> Vec<String> {
+        vec![format!("{:?}", self.device)]
+    }
+
+    fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError> {
+        let mut model = self.model.take().expect("the model is always put back after a step");
+        let mut loss_sum = 0.0;
+        let mut samples = 0;
+        for (i, indices) in plan.batches.iter().enumerate() {
+            let batch = plan.data.batch::<B>(indices, &self.device);
+            let (loss, mut grads) = gradients(&model, batch);
+            if let Some(max_norm) = self.config.grad_clip_norm {
+                clip_gradient_norm(&model, &mut grads, max_norm);
+            }
+            let lr = learning_rate(&self.config, plan.first_step + i, plan.total_steps);
+            model = self.optimizer.step(lr, model, grads);
+            loss_sum += loss * indices.len() as f64;
+            samples += indices.len();
+            (plan.on_batch)(indices.len());
+        }
+        self.model = Some(model);
+        Ok(TrainStats { loss: loss_sum / samples.max(1) as f64, samples, steps: plan.batches.len(), extra: Default::default() })
+    }
+
+    fn model(&self) -> Classifier<B> {
+        self.model.clone().expect("the model is always put back after a step")
+    }
+}
