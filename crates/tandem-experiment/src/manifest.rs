@@ -220,6 +220,8 @@ impl Manifest {
     /// This manifest narrowed to one model and one seed, as recorded in a run's folder.
     pub fn for_run(&self, model: &ModelEntry, seed: u64) -> Manifest {
         let mut m = self.clone();
+        let dir = self.data_dir();
+        m.data.dir = Some(std::path::absolute(&dir).unwrap_or(dir));
         m.models = vec![model.clone()];
         m.experiment.seeds = vec![seed];
         m

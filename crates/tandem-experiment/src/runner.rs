@@ -285,8 +285,19 @@ fn train_on<B: AutodiffBackend>(device: B::Device, ctx: &RunContext) -> Outcome 
         &on_batch,
         &mut on_epoch,
     );
-    match result {
+    let saved = save_model(&strategy.model(), &ctx.dir.join("model"));
+    match result.map_err(|e| e.to_string()).and_then(|records| saved.map(|()| records)) {
         Ok(records) => Ok((records, parameters)),
-        Err(e) => Err((written, parameters, e.to_string())),
+        Err(e) => Err((written, parameters, e)),
     }
+}
+
+/// Saves the trained parameters as `<path>.bin` (Burn's binary record, full precision).
+fn save_model<B: AutodiffBackend>(model: &Classifier<B>, path: &Path) -> Result<(), String> {
+    use burn::module::Module;
+    use burn::record::{BinFileRecorder, FullPrecisionSettings};
+    model
+        .clone()
+        .save_file(path, &BinFileRecorder::<FullPrecisionSettings>::new())
+        .map_err(|e| format!("cannot save the model to {}.bin: {e}", path.display()))
 }

@@ -92,3 +92,36 @@ impl<B: Backend> Classifier<B> {
         self.num_params()
     }
 }
+
+/// Collects every float parameter's values, in visiting order.
+struct CollectValues(Vec<burn::tensor::TensorData>);
+
+impl<B: Backend> burn::module::ModuleVisitor<B> for CollectValues {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+        self.0.push(param.val().into_data());
+    }
+}
+
+/// Replaces every float parameter's values, in visiting order.
+struct AssignValues(std::vec::IntoIter<burn::tensor::TensorData>);
+
+impl<B: Backend> burn::module::ModuleMapper<B> for AssignValues {
+    fn map_float<const D: usize>(&mut self, param: burn::module::Param<Tensor<B, D>>) -> burn::module::Param<Tensor<B, D>> {
+        let data = self.0.next().expect("source and target have the same parameters");
+        param.map(|t| {
+            let device = t.device();
+            let value = Tensor::from_data(data, &device);
+            if t.is_require_grad() { value.require_grad() } else { value }
+        })
+    }
+}
+
+impl<B: Backend> Classifier<B> {
+    /// Copies `source`'s parameter values (from any backend or device) into `self`,
+    /// which must have been built from the same config. Parameter ids stay `self`'s.
+    pub fn with_parameters_of<A: Backend>(self, source: &Classifier<A>) -> Self {
+        let mut values = CollectValues(Vec::new());
+        source.visit(&mut values);
+        self.map(&mut AssignValues(values.0.into_iter()))
+    }
+}

@@ -4,7 +4,7 @@ use burn::nn::conv::Conv1dConfig;
 use burn::nn::gru::{BiGruConfig, GruConfig};
 use burn::nn::lstm::{BiLstmConfig, LstmConfig};
 use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderLayer};
-use burn::nn::{DropoutConfig, EmbeddingConfig, LinearConfig};
+use burn::nn::{DropoutConfig, EmbeddingConfig, Initializer, LinearConfig};
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
@@ -172,7 +172,12 @@ impl ModelConfig {
         let embedding = |dim: usize, positions: bool, p: f64| {
             Block::Embedding(EmbeddingBlock {
                 tokens: EmbeddingConfig::new(input.vocab_size, dim).init(device),
-                positions: positions.then(|| EmbeddingConfig::new(input.max_len, dim).init(device)),
+                // Small learned positions: N(0, 1) positions would drown N(0, 1) word vectors.
+                positions: positions.then(|| {
+                    EmbeddingConfig::new(input.max_len, dim)
+                        .with_initializer(Initializer::Normal { mean: 0.0, std: 0.02 })
+                        .init(device)
+                }),
                 dropout: DropoutConfig::new(p).init(),
             })
         };

@@ -1,0 +1,112 @@
+//! Training throughput (forward + backward + AdamW step) per architecture, CPU backend and
+//! thread count, at the reference shape: batch 64, sequence 64, vocabulary 20,000,
+//! embedding 128; CNN 100 filters × widths 3/4/5; LSTM/GRU hidden 128; Transformer 2 layers,
+//! 4 heads, feed-forward 256.
+//!
+//!     cargo bench -p tandem-experiment --bench throughput
+//!
+//! Environment: `TANDEM_BENCH_SECONDS` (time budget per cell, default 8),
+//! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`), `TANDEM_BENCH_BACKENDS` (e.g. `flex`),
+//! `TANDEM_BENCH_THREADS` (e.g. `1,2`; default 1 and all cores).
+
+use std::time::{Duration, Instant};
+
+use burn::backend::Autodiff;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Int, Tensor, TensorData};
+use tandem_models::{Architecture, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_train::optim::AnyOptimizer;
+use tandem_train::{gradients, TrainConfig};
+
+const BATCH: usize = 64;
+const SEQ: usize = 64;
+const VOCAB: usize = 20_000;
+
+fn reference_config(arch: Architecture) -> ModelConfig {
+    let no_dropout = 0.0;
+    match arch {
+        Architecture::Cnn => ModelConfig::Cnn(CnnConfig { dropout: no_dropout, ..Default::default() }),
+        Architecture::Lstm => ModelConfig::Lstm(RecurrentConfig { dropout: no_dropout, ..Default::default() }),
+        Architecture::Gru => ModelConfig::Gru(RecurrentConfig { dropout: no_dropout, ..Default::default() }),
+        Architecture::Transformer => ModelConfig::Transformer(TransformerConfig {
+            dropout: no_dropout,
+            embedding_dropout: no_dropout,
+            ..Default::default()
+        }),
+    }
+}
+
+/// Samples per second of full training steps within `budget` (at least 3 timed steps).
+fn measure<B: AutodiffBackend>(arch: Architecture, budget: Duration) -> f64 {
+    let device = B::Device::default();
+    B::seed(&device, 1);
+    let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
+    let mut model = reference_config(arch).init::<B>(&input, &device);
+    let train = TrainConfig::default();
+    let mut optimizer = AnyOptimizer::new(&train);
+    let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [BATCH, SEQ]), &device);
+    let mask = Tensor::<B, 2, Int>::zeros([BATCH, SEQ], &device).equal_elem(1);
+    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 4).collect(), [BATCH]), &device);
+    let batch = || tandem_data::Batch {
+        tokens: tokens.clone(),
+        mask_pad: mask.clone(),
+        lengths: Tensor::full([BATCH], SEQ as i64, &device),
+        labels: labels.clone(),
+    };
+    let mut step = |model: tandem_models::Classifier<B>| {
+        let (_, grads) = gradients(&model, batch());
+        optimizer.step(1e-3, model, grads)
+    };
+    model = step(model); // warm-up
+    let started = Instant::now();
+    let mut steps = 0;
+    while steps < 3 || started.elapsed() < budget {
+        model = step(model);
+        steps += 1;
+    }
+    (steps * BATCH) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn env_list(name: &str) -> Option<Vec<String>> {
+    std::env::var(name).ok().map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+}
+
+fn main() {
+    let budget = Duration::from_secs_f64(std::env::var("TANDEM_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8.0));
+    let archs: Vec<Architecture> = Architecture::ALL
+        .into_iter()
+        .filter(|a| env_list("TANDEM_BENCH_ARCHS").is_none_or(|l| l.iter().any(|n| n == a.name())))
+        .collect();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads: Vec<usize> = env_list("TANDEM_BENCH_THREADS")
+        .map(|l| l.iter().filter_map(|t| t.parse().ok()).collect())
+        .unwrap_or_else(|| if cores > 1 { vec![1, cores] } else { vec![1] });
+    let mut backends: Vec<(&str, fn(Architecture, Duration) -> f64)> = Vec::new();
+    #[cfg(feature = "flex")]
+    backends.push(("flex", measure::<Autodiff<burn::backend::Flex>>));
+    #[cfg(feature = "ndarray")]
+    backends.push(("ndarray", measure::<Autodiff<burn::backend::NdArray>>));
+    backends.retain(|(name, _)| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name)));
+
+    println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)\n");
+    print!("| architecture | backend |");
+    for t in &threads {
+        print!(" {t} thread{} |", if *t == 1 { "" } else { "s" });
+    }
+    println!();
+    println!("|---|---|{}", "---:|".repeat(threads.len()));
+    for arch in &archs {
+        for (name, measure) in &backends {
+            print!("| {} | {name} |", arch.name());
+            for &t in &threads {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("thread pool");
+                let rate = pool.install(|| measure(*arch, budget));
+                print!(" {rate:.0} |");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            }
+            println!();
+        }
+    }
+}

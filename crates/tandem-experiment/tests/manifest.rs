@@ -1,0 +1,107 @@
+//! Manifest parsing: defaults, overrides and errors that name the field and line.
+
+use std::path::Path;
+
+use tandem_experiment::{BackendKind, Manifest};
+use tandem_models::ModelConfig;
+
+const MINIMAL: &str = r#"
+[experiment]
+name = "demo"
+
+[train]
+epochs = 3
+learning_rate = 0.002
+
+[[models]]
+name = "cnn"
+architecture = "cnn"
+
+[[models]]
+name = "lstm"
+architecture = "lstm"
+hidden = 32
+train = { learning_rate = 0.01 }
+"#;
+
+fn parse(text: &str) -> Result<Manifest, String> {
+    Manifest::parse(text, Path::new("experiments/demo.toml")).map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_minimal_manifest_gets_defaults_and_per_model_overrides() {
+    let m = parse(MINIMAL).unwrap();
+    assert_eq!(m.experiment.seeds, vec![42]);
+    assert_eq!(m.experiment.backend, BackendKind::Flex);
+    assert_eq!(m.strategy.name(), "sequential");
+    assert_eq!(m.models[0].train.learning_rate, 0.002);
+    assert_eq!(m.models[1].train.learning_rate, 0.01);
+    assert_eq!(m.models[1].train.epochs, 3, "overrides keep the other [train] values");
+    assert!(matches!(&m.models[1].config, ModelConfig::Lstm(c) if c.hidden == 32));
+}
+
+#[test]
+fn the_resolved_manifest_round_trips_through_toml() {
+    let m = parse(MINIMAL).unwrap();
+    let one = m.for_run(&m.models[1], 7);
+    let text = one.to_toml();
+    let back = parse(&text).unwrap();
+    assert_eq!(back.models, one.models);
+    assert_eq!(back.experiment.seeds, vec![7]);
+}
+
+fn error_of(text: &str) -> String {
+    parse(text).unwrap_err()
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_name_and_line() {
+    let e = error_of(&MINIMAL.replace("epochs = 3", "epochs = 3\nepoch = 4"));
+    assert!(e.contains("experiments/demo.toml") && e.contains("epoch") && e.contains("line 7"), "{e}");
+    let e = error_of(&MINIMAL.replace("hidden = 32", "hiden = 32"));
+    assert!(e.contains("models[1]") && e.contains("lstm") && e.contains("hiden"), "{e}");
+    let e = error_of(&MINIMAL.replace("train = { learning_rate = 0.01 }", "train = { learning_rat = 0.01 }"));
+    assert!(e.contains("models[1]") && e.contains("learning_rat"), "{e}");
+    let e = error_of(&MINIMAL.replace("[experiment]", "[experiment]\ncolour = 1"));
+    assert!(e.contains("colour"), "{e}");
+}
+
+#[test]
+fn bad_values_name_their_field() {
+    let cases = [
+        (MINIMAL.replace("epochs = 3", "epochs = 0"), "epochs"),
+        (MINIMAL.replace("epochs = 3", "epochs = -1"), "epochs"),
+        (MINIMAL.replace("architecture = \"cnn\"", "architecture = \"rnn\""), "rnn"),
+        (MINIMAL.replace("name = \"demo\"", "name = \"a b\""), "name"),
+        (MINIMAL.replace("name = \"lstm\"", "name = \"cnn\""), "used twice"),
+        (MINIMAL.replace("name = \"demo\"", "name = \"demo\"\nbackend = \"tpu\""), "tpu"),
+        (MINIMAL.replace("name = \"demo\"", "name = \"demo\"\nbackend = \"flex\"\ndevices = [\"cuda:0\"]"), "cuda:0"),
+        (format!("{MINIMAL}\n[data]\nholdout_fraction = 1.5\n"), "holdout_fraction"),
+        (format!("{MINIMAL}\n[strategy]\nkind = \"pipeline\"\n"), "pipeline"),
+        (MINIMAL.replace("hidden = 32", "hidden = 0"), "hidden"),
+    ];
+    for (text, needle) in cases {
+        let e = error_of(&text);
+        assert!(e.contains(needle), "expected `{needle}` in: {e}");
+    }
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let e = Manifest::load(Path::new("no/such/manifest.toml")).unwrap_err().to_string();
+    assert!(e.contains("no/such/manifest.toml"), "{e}");
+}
+
+#[test]
+fn the_shipped_manifests_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            count += 1;
+        }
+    }
+    assert!(count >= 1);
+}

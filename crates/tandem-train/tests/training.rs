@@ -1,0 +1,140 @@
+//! The sequential trainer: determinism, learning, backend agreement.
+
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tolerance;
+use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
+use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_train::optim::{clip_gradient_norm, gradient_norm};
+use tandem_train::{gradients, train, EpochRecord, Sequential, TrainConfig};
+
+const MAX_LEN: usize = 10;
+
+/// The backends' seeded RNG is process-global: tests that seed it must not interleave.
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A learnable toy corpus: each class has its own topic words, mixed with shared filler.
+fn corpus(n: usize, salt: u64) -> Vec<Sample> {
+    let mut state = 0x2545_f491_4f6c_dd1d_u64 ^ salt;
+    let mut next = move |m: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % m
+    };
+    (0..n)
+        .map(|i| {
+            let label = i % 4;
+            let words: Vec<String> = (0..3 + next(6))
+                .map(|_| if next(3) == 0 { format!("filler{}", next(8)) } else { format!("topic{label}x{}", next(5)) })
+                .collect();
+            Sample { label, title: words[0].clone(), description: words[1..].join(" ") }
+        })
+        .collect()
+}
+
+fn toy_data() -> (Encoded, Encoded, usize) {
+    let train = corpus(160, 1);
+    let holdout = corpus(40, 2);
+    let vocab = Vocab::build(train.iter().map(|s| s.text()), &VocabConfig { max_size: 100, min_freq: 1 });
+    (Encoded::new(&train, &vocab, MAX_LEN), Encoded::new(&holdout, &vocab, MAX_LEN), vocab.len())
+}
+
+fn small_models() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::Cnn(CnnConfig { embedding_dim: 16, filters: 8, kernel_widths: vec![2, 3], dropout: 0.0, ..Default::default() }),
+        ModelConfig::Lstm(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
+        ModelConfig::Gru(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
+        ModelConfig::Transformer(TransformerConfig { d_model: 16, heads: 2, layers: 1, d_ff: 32, dropout: 0.0, embedding_dropout: 0.0, ..Default::default() }),
+    ]
+}
+
+fn config(epochs: usize) -> TrainConfig {
+    TrainConfig { epochs, batch_size: 16, learning_rate: 1e-2, warmup_steps: 0, ..Default::default() }
+}
+
+fn run<B: AutodiffBackend>(model: &ModelConfig, cfg: &TrainConfig, seed: u64) -> Vec<EpochRecord> {
+    let (train_data, holdout, vocab_size) = toy_data();
+    let device = B::Device::default();
+    B::seed(&device, seed);
+    let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
+    let mut strategy = Sequential::new(model.init::<B>(&input, &device), cfg, device.clone());
+    train(&mut strategy, cfg, seed, &train_data, &holdout, &device, &|_| {}, &mut |_| Ok(())).unwrap()
+}
+
+#[test]
+fn same_seed_gives_identical_metrics_on_ndarray() {
+    let _serial = serial();
+    let model = ModelConfig::Gru(RecurrentConfig { embedding_dim: 8, hidden: 8, dropout: 0.3, ..Default::default() });
+    let a = run::<Autodiff<NdArray>>(&model, &config(2), 7);
+    let b = run::<Autodiff<NdArray>>(&model, &config(2), 7);
+    let strip = |r: &[EpochRecord]| r.iter().map(|e| (e.train_loss, e.holdout_loss, e.holdout.clone())).collect::<Vec<_>>();
+    assert_eq!(strip(&a), strip(&b));
+    let c = run::<Autodiff<NdArray>>(&model, &config(2), 8);
+    assert_ne!(strip(&a), strip(&c), "a different seed should change the run");
+}
+
+#[test]
+fn every_architecture_learns_the_toy_task() {
+    let _serial = serial();
+    for model in small_models() {
+        let records = run::<Autodiff<NdArray>>(&model, &config(6), 3);
+        let first = &records[0];
+        let last = records.last().unwrap();
+        assert!(last.train_loss < first.train_loss, "{:?}: loss did not fall", model.architecture());
+        assert!(last.holdout.accuracy >= 0.9, "{:?}: holdout accuracy {}", model.architecture(), last.holdout.accuracy);
+        assert_eq!(last.holdout.confusion.total(), 40, "every holdout sample is counted once");
+        assert_eq!(last.steps, 10, "160 samples in batches of 16");
+    }
+}
+
+#[test]
+fn flex_and_ndarray_agree_on_forward_and_gradients() {
+    let _serial = serial();
+    type Nd = Autodiff<NdArray>;
+    type Fx = Autodiff<Flex>;
+    let (data, _, vocab_size) = toy_data();
+    let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
+    let indices: Vec<usize> = (0..16).collect();
+    let tolerance = Tolerance::<f32>::relative(1e-4).set_absolute(1e-5);
+    for config in small_models() {
+        let nd: Classifier<Nd> = config.init(&input, &Default::default());
+        let fx: Classifier<Fx> = config.init::<Fx>(&input, &Default::default()).with_parameters_of(&nd);
+
+        let batch_nd = data.batch::<Nd>(&indices, &Default::default());
+        let batch_fx = data.batch::<Fx>(&indices, &Default::default());
+        let out_nd = nd.forward(batch_nd.tokens.clone(), &batch_nd.mask_pad).into_data();
+        let out_fx = fx.forward(batch_fx.tokens.clone(), &batch_fx.mask_pad).into_data();
+        out_nd.assert_approx_eq::<f32>(&out_fx.convert::<f32>(), tolerance);
+
+        let (loss_nd, grads_nd) = gradients(&nd, batch_nd);
+        let (loss_fx, grads_fx) = gradients(&fx, batch_fx);
+        assert!((loss_nd - loss_fx).abs() <= 1e-4 * loss_nd.abs(), "{:?}: loss {loss_nd} vs {loss_fx}", config.architecture());
+        let (norm_nd, norm_fx) = (gradient_norm(&nd, &grads_nd), gradient_norm(&fx, &grads_fx));
+        assert!(
+            (norm_nd - norm_fx).abs() <= 1e-4 * norm_nd,
+            "{:?}: gradient norm {norm_nd} vs {norm_fx}",
+            config.architecture()
+        );
+    }
+}
+
+#[test]
+fn clipping_bounds_the_global_gradient_norm() {
+    let _serial = serial();
+    type Nd = Autodiff<NdArray>;
+    let (data, _, vocab_size) = toy_data();
+    let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
+    let model: Classifier<Nd> = small_models()[0].init(&input, &Default::default());
+    let (_, mut grads) = gradients(&model, data.batch::<Nd>(&[0, 1, 2, 3], &Default::default()));
+    let before = gradient_norm(&model, &grads);
+    assert!(before > 0.01);
+    let reported = clip_gradient_norm(&model, &mut grads, before / 4.0);
+    assert_eq!(reported, before);
+    let after = gradient_norm(&model, &grads);
+    assert!((after - before / 4.0).abs() < 1e-3 * before, "{after} vs {}", before / 4.0);
+}
