@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use burn::backend::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
-use tandem_models::{Architecture, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_models::{Architecture, InputSpec};
+use tandem_train::testing::reference_model;
 use tandem_train::optim::AnyOptimizer;
 use tandem_train::{gradients, TrainConfig};
 
@@ -22,26 +23,12 @@ const BATCH: usize = 64;
 const SEQ: usize = 64;
 const VOCAB: usize = 20_000;
 
-fn reference_config(arch: Architecture) -> ModelConfig {
-    let no_dropout = 0.0;
-    match arch {
-        Architecture::Cnn => ModelConfig::Cnn(CnnConfig { dropout: no_dropout, ..Default::default() }),
-        Architecture::Lstm => ModelConfig::Lstm(RecurrentConfig { dropout: no_dropout, ..Default::default() }),
-        Architecture::Gru => ModelConfig::Gru(RecurrentConfig { dropout: no_dropout, ..Default::default() }),
-        Architecture::Transformer => ModelConfig::Transformer(TransformerConfig {
-            dropout: no_dropout,
-            embedding_dropout: no_dropout,
-            ..Default::default()
-        }),
-    }
-}
-
 /// Samples per second of full training steps within `budget` (at least 3 timed steps).
 fn measure<B: AutodiffBackend>(arch: Architecture, budget: Duration) -> f64 {
     let device = B::Device::default();
     B::seed(&device, 1);
     let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
-    let mut model = reference_config(arch).init::<B>(&input, &device);
+    let mut model = reference_model(arch).init::<B>(&input, &device);
     let train = TrainConfig::default();
     let mut optimizer = AnyOptimizer::new(&train);
     let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();

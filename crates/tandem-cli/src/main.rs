@@ -87,14 +87,15 @@ fn dispatch(command: Command) -> Result<(), String> {
         }
         Command::Validate { manifest: path } => {
             let manifest = Manifest::load(&path).map_err(|e| e.to_string())?;
-            let runs = manifest.models.len() * manifest.experiment.seeds.len();
+            let runs = manifest.models.len() * manifest.strategies.len() * manifest.experiment.seeds.len();
             println!(
-                "{}: valid — experiment `{}`, {} models × {} seeds = {runs} runs, strategy {}, backend {}",
+                "{}: valid — experiment `{}`, {} models × {} strategies ({}) × {} seeds = {runs} runs, backend {}",
                 path.display(),
                 manifest.experiment.name,
                 manifest.models.len(),
+                manifest.strategies.len(),
+                manifest.strategies.iter().map(|s| s.label()).collect::<Vec<_>>().join(", "),
                 manifest.experiment.seeds.len(),
-                manifest.strategy.name(),
                 manifest.experiment.backend
             );
             if !manifest.experiment.backend.is_compiled() {

@@ -1,4 +1,5 @@
 //! Experiment manifests: TOML files with `[experiment]`, `[data]`, `[train]`, `[strategy]`
+//! (or several `[[strategies]]`)
 //! and one `[[models]]` entry per model. Unknown keys are rejected; errors name the file,
 //! the field and, where the TOML parser knows it, the line.
 
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tandem_data::VocabConfig;
 use tandem_models::{InputSpec, ModelConfig};
+use tandem_parallel::DataParallelConfig;
 use tandem_train::TrainConfig;
 
 use crate::backend::{BackendKind, DeviceSpec};
@@ -83,20 +85,70 @@ impl Default for DataSection {
     }
 }
 
-/// `[strategy]`: how training is spread over devices.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+/// `[strategy]` (or one `[[strategies]]` entry): how training is spread over devices.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum StrategyConfig {
     /// One model on one device.
-    #[default]
-    Sequential,
+    Sequential(SequentialConfig),
+    /// Replicas on several devices, gradients averaged by all-reduce.
+    DataParallel(DataParallelConfig),
+}
+
+impl Default for StrategyConfig {
+    fn default() -> Self {
+        Self::Sequential(SequentialConfig::default())
+    }
+}
+
+/// `kind = "sequential"`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct SequentialConfig {
+    /// Compute threads, overriding `[train] threads` (e.g. the baseline on all cores).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
 }
 
 impl StrategyConfig {
     /// Name recorded in results.
     pub fn name(&self) -> &'static str {
         match self {
-            Self::Sequential => "sequential",
+            Self::Sequential(_) => "sequential",
+            Self::DataParallel(_) => "data-parallel",
+        }
+    }
+
+    /// Names the run folder: the kind plus what tells two entries of one kind apart.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Sequential(SequentialConfig { threads: None }) => "sequential".into(),
+            Self::Sequential(SequentialConfig { threads: Some(t) }) => format!("sequential-{t}t"),
+            Self::DataParallel(c) => c.label(),
+        }
+    }
+
+    /// Compute threads per device for a model trained with `train`.
+    pub fn threads(&self, train: &TrainConfig) -> usize {
+        match self {
+            Self::Sequential(SequentialConfig { threads: Some(t) }) => *t,
+            _ => train.threads,
+        }
+    }
+
+    /// Number of devices the strategy computes on.
+    pub fn num_devices(&self) -> usize {
+        match self {
+            Self::Sequential(_) => 1,
+            Self::DataParallel(c) => c.replicas,
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match self {
+            Self::Sequential(SequentialConfig { threads: Some(0) }) => Err("threads: must be at least 1".into()),
+            Self::Sequential(_) => Ok(()),
+            Self::DataParallel(c) => c.validate(),
         }
     }
 }
@@ -117,7 +169,8 @@ pub struct ModelEntry {
 pub struct Manifest {
     pub experiment: ExperimentSection,
     pub data: DataSection,
-    pub strategy: StrategyConfig,
+    /// Every model is trained with each of these strategies.
+    pub strategies: Vec<StrategyConfig>,
     pub models: Vec<ModelEntry>,
     /// Where the manifest was read from (relative data paths resolve against it).
     #[serde(skip)]
@@ -133,8 +186,8 @@ struct RawManifest {
     data: DataSection,
     #[serde(default)]
     train: TrainConfig,
-    #[serde(default)]
-    strategy: StrategyConfig,
+    strategy: Option<StrategyConfig>,
+    strategies: Option<Vec<StrategyConfig>>,
     models: Vec<toml::Table>,
 }
 
@@ -158,10 +211,16 @@ impl Manifest {
             .enumerate()
             .map(|(i, table)| model_entry(table, &global_train).map_err(|m| err(format!("models[{i}]{m}"))))
             .collect::<Result<Vec<_>, _>>()?;
+        let strategies = match (raw.strategy, raw.strategies) {
+            (Some(_), Some(_)) => return Err(err("use either [strategy] or [[strategies]], not both".into())),
+            (Some(one), None) => vec![one],
+            (None, Some(list)) => list,
+            (None, None) => vec![StrategyConfig::default()],
+        };
         let manifest = Manifest {
             experiment: raw.experiment,
             data: raw.data,
-            strategy: raw.strategy,
+            strategies,
             models,
             source: path.to_path_buf(),
         };
@@ -195,6 +254,15 @@ impl Manifest {
         if d.vocab.max_size < 3 {
             return Err("[data] vocab.max_size: must be at least 3 (<pad>, <unk> and one word)".into());
         }
+        if self.strategies.is_empty() {
+            return Err("[[strategies]]: list at least one strategy".into());
+        }
+        for (i, strategy) in self.strategies.iter().enumerate() {
+            strategy.validate().map_err(|m| format!("strategies[{i}] ({}): {m}", strategy.name()))?;
+            if self.strategies[..i].iter().any(|o| o.label() == strategy.label()) {
+                return Err(format!("strategies[{i}]: `{}` is listed twice", strategy.label()));
+            }
+        }
         if self.models.is_empty() {
             return Err("[[models]]: list at least one model".into());
         }
@@ -217,12 +285,13 @@ impl Manifest {
         tandem_data::resolve_data_dir(from_manifest.as_deref())
     }
 
-    /// This manifest narrowed to one model and one seed, as recorded in a run's folder.
-    pub fn for_run(&self, model: &ModelEntry, seed: u64) -> Manifest {
+    /// This manifest narrowed to one model, strategy and seed, as recorded in a run's folder.
+    pub fn for_run(&self, model: &ModelEntry, strategy: &StrategyConfig, seed: u64) -> Manifest {
         let mut m = self.clone();
         let dir = self.data_dir();
         m.data.dir = Some(std::path::absolute(&dir).unwrap_or(dir));
         m.models = vec![model.clone()];
+        m.strategies = vec![strategy.clone()];
         m.experiment.seeds = vec![seed];
         m
     }

@@ -6,6 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tandem_data::{DataError, Encoded, SplitConfig, Splits, Vocab};
 use tandem_models::{Classifier, InputSpec};
+use tandem_parallel::DataParallel;
 use tandem_train::{EpochRecord, Sequential, Strategy};
 
 use crate::backend::{BackendKind, DeviceSpec};
@@ -97,8 +98,10 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
     let data = prepare_data(manifest)?;
     let mut summaries = Vec::new();
     for model in &manifest.models {
-        for &seed in &manifest.experiment.seeds {
-            summaries.push(run_one(manifest, model, seed, backend, &devices, &data, options)?);
+        for strategy in &manifest.strategies {
+            for &seed in &manifest.experiment.seeds {
+                summaries.push(run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?);
+            }
         }
     }
     let failed = summaries.iter().filter(|s| s.status == RunStatus::Failed).count();
@@ -118,29 +121,30 @@ struct RunContext<'a> {
     progress: ProgressBar,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_one(
     manifest: &Manifest,
     entry: &ModelEntry,
+    strategy: &StrategyConfig,
     seed: u64,
     backend: BackendKind,
     devices: &[DeviceSpec],
     data: &PreparedData,
     options: &RunOptions,
 ) -> Result<RunSummary, RunError> {
-    let strategy = &manifest.strategy;
-    let run_id = format!("{}-{}-seed{seed}", entry.name, strategy.name());
+    let run_id = format!("{}-{}-seed{seed}", entry.name, strategy.label());
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RunError::Results { path, source }
     };
     let (dir, run_id) = results::create_run_dir(&options.out, &manifest.experiment.name, &run_id)
         .map_err(io_err(&options.out))?;
-    let mut resolved = manifest.for_run(entry, seed);
+    let mut resolved = manifest.for_run(entry, strategy, seed);
     resolved.experiment.backend = backend;
     results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
     data.vocab.save(&dir.join("vocab.json"))?;
 
-    let threads = entry.train.threads;
+    let threads = strategy.threads(&entry.train);
     let total = (entry.train.epochs * data.train.len()) as u64;
     let progress = progress_bar(options.progress, total, &run_id);
     let started_at = results::now_utc();
@@ -150,12 +154,9 @@ fn run_one(
         .thread_name(|i| format!("tandem-compute-{i}"))
         .build()
         .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
-    let outcome = pool.install(|| dispatch(backend, &devices[0], &ctx));
-
-    let (records, parameters, error) = match outcome {
-        Ok((records, parameters)) => (records, parameters, None),
-        Err((records, parameters, message)) => (records, parameters, Some(message)),
-    };
+    let outcome = pool.install(|| dispatch(backend, devices, &ctx));
+    let error = outcome.error;
+    let (records, parameters) = (outcome.records, outcome.parameters);
     ctx.progress.finish_and_clear();
     let mut summary = RunSummary {
         status: if error.is_some() { RunStatus::Failed } else { RunStatus::Finished },
@@ -164,9 +165,9 @@ fn run_one(
         run_id: run_id.clone(),
         model: entry.name.clone(),
         architecture: entry.config.architecture().name().into(),
-        strategy: strategy.name().into(),
+        strategy: strategy.label(),
         backend: backend.name().into(),
-        devices: vec![devices[0].to_string()],
+        devices: outcome.devices,
         threads_per_device: threads,
         seed,
         data: data.splits_description.clone(),
@@ -217,38 +218,61 @@ fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBar {
     bar
 }
 
-/// What a finished or failed run returns: its epoch records and parameter count (+ the error).
-type Outcome = Result<(Vec<EpochRecord>, usize), (Vec<EpochRecord>, usize, String)>;
+/// What a finished or failed run returns.
+struct Outcome {
+    records: Vec<EpochRecord>,
+    parameters: usize,
+    /// The devices the strategy computed on, as the backend names them.
+    devices: Vec<String>,
+    error: Option<String>,
+}
 
-/// Picks the concrete backend type and device for a run.
-fn dispatch(backend: BackendKind, device: &DeviceSpec, ctx: &RunContext) -> Outcome {
+impl Outcome {
+    fn failed(error: String) -> Self {
+        Self { records: Vec::new(), parameters: 0, devices: Vec::new(), error: Some(error) }
+    }
+}
+
+/// Picks the concrete backend type and the devices for a run.
+fn dispatch(backend: BackendKind, devices: &[DeviceSpec], ctx: &RunContext) -> Outcome {
     use burn::backend::Autodiff;
-    let _ = device; // CPU backends have one device; GPU backends pick theirs by index.
+    // CPU backends have one device (a device is `threads` cores); GPU backends pick by index.
+    #[allow(unused_variables)]
+    let indices = || devices.iter().map(|d| d.index);
     match backend {
         #[cfg(feature = "flex")]
-        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(Default::default(), ctx),
+        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(vec![Default::default()], ctx),
         #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(Default::default(), ctx),
+        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(vec![Default::default()], ctx),
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => train_on::<Autodiff<burn::backend::Wgpu>>(
-            if device.index == 0 {
-                burn::backend::wgpu::WgpuDevice::DefaultDevice
-            } else {
-                burn::backend::wgpu::WgpuDevice::DiscreteGpu(device.index)
-            },
+            indices()
+                .map(|i| if i == 0 { burn::backend::wgpu::WgpuDevice::DefaultDevice } else { burn::backend::wgpu::WgpuDevice::DiscreteGpu(i) })
+                .collect(),
             ctx,
         ),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
-            train_on::<Autodiff<burn::backend::Cuda>>(burn::backend::cuda::CudaDevice::new(device.index), ctx)
+            train_on::<Autodiff<burn::backend::Cuda>>(indices().map(burn::backend::cuda::CudaDevice::new).collect(), ctx)
         }
         #[allow(unreachable_patterns)]
-        other => Err((Vec::new(), 0, format!("backend `{other}` is not compiled into this build"))),
+        other => Outcome::failed(format!("backend `{other}` is not compiled into this build")),
+    }
+}
+
+/// The devices of `n` replicas or stages: on a CPU backend (one device) the same device `n`
+/// times; on a GPU backend the first `n` devices listed in `[experiment] devices`.
+fn devices_for<D: Clone>(available: &[D], n: usize, cpu: bool) -> Result<Vec<D>, String> {
+    match (cpu, available.len() >= n) {
+        (true, _) => Ok(vec![available[0].clone(); n]),
+        (false, true) => Ok(available[..n].to_vec()),
+        (false, false) => Err(format!("the strategy needs {n} devices but [experiment] devices lists {}", available.len())),
     }
 }
 
 /// Builds the model and strategy on backend `B` and trains, writing `epochs.jsonl` as it goes.
-fn train_on<B: AutodiffBackend>(device: B::Device, ctx: &RunContext) -> Outcome {
+fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, ctx: &RunContext) -> Outcome {
+    let device = devices[0].clone();
     let train = &ctx.entry.train;
     let input = InputSpec {
         vocab_size: ctx.data.vocab.len(),
@@ -258,8 +282,16 @@ fn train_on<B: AutodiffBackend>(device: B::Device, ctx: &RunContext) -> Outcome 
     tandem_train::seed_backend::<B>(&device, ctx.seed);
     let model: Classifier<B> = ctx.entry.config.init(&input, &device);
     let parameters = model.parameter_count();
-    let mut strategy: Box<dyn Strategy<B>> = match ctx.strategy {
-        StrategyConfig::Sequential => Box::new(Sequential::new(model, train, device.clone())),
+    let cpu = devices.len() == 1;
+    let built: Result<Box<dyn Strategy<B>>, String> = match ctx.strategy {
+        StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
+        StrategyConfig::DataParallel(dp) => devices_for(&devices, dp.replicas, cpu)
+            .and_then(|replica_devices| DataParallel::new(model, train, dp, replica_devices))
+            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+    };
+    let mut strategy = match built {
+        Ok(strategy) => strategy,
+        Err(e) => return Outcome { parameters, ..Outcome::failed(e) },
     };
     let epochs_path = ctx.dir.join("epochs.jsonl");
     let mut written: Vec<EpochRecord> = Vec::new();
@@ -286,9 +318,10 @@ fn train_on<B: AutodiffBackend>(device: B::Device, ctx: &RunContext) -> Outcome 
         &mut on_epoch,
     );
     let saved = save_model(&strategy.model(), &ctx.dir.join("model"));
+    let devices = strategy.devices();
     match result.map_err(|e| e.to_string()).and_then(|records| saved.map(|()| records)) {
-        Ok(records) => Ok((records, parameters)),
-        Err(e) => Err((written, parameters, e)),
+        Ok(records) => Outcome { records, parameters, devices, error: None },
+        Err(e) => Outcome { records: written, parameters, devices, error: Some(e) },
     }
 }
 

@@ -33,7 +33,7 @@ fn a_minimal_manifest_gets_defaults_and_per_model_overrides() {
     let m = parse(MINIMAL).unwrap();
     assert_eq!(m.experiment.seeds, vec![42]);
     assert_eq!(m.experiment.backend, BackendKind::Flex);
-    assert_eq!(m.strategy.name(), "sequential");
+    assert_eq!(m.strategies[0].name(), "sequential");
     assert_eq!(m.models[0].train.learning_rate, 0.002);
     assert_eq!(m.models[1].train.learning_rate, 0.01);
     assert_eq!(m.models[1].train.epochs, 3, "overrides keep the other [train] values");
@@ -43,7 +43,7 @@ fn a_minimal_manifest_gets_defaults_and_per_model_overrides() {
 #[test]
 fn the_resolved_manifest_round_trips_through_toml() {
     let m = parse(MINIMAL).unwrap();
-    let one = m.for_run(&m.models[1], 7);
+    let one = m.for_run(&m.models[1], &m.strategies[0], 7);
     let text = one.to_toml();
     let back = parse(&text).unwrap();
     assert_eq!(back.models, one.models);
@@ -104,4 +104,24 @@ fn the_shipped_manifests_are_valid() {
         }
     }
     assert!(count >= 1);
+}
+
+#[test]
+fn several_strategies_are_listed_and_checked() {
+    let text = format!(
+        "{MINIMAL}\n[[strategies]]\nkind = \"sequential\"\n\n[[strategies]]\nkind = \"data-parallel\"\nreplicas = 4\nall_reduce = \"ring\"\n"
+    );
+    let m = parse(&text).unwrap();
+    let labels: Vec<String> = m.strategies.iter().map(|s| s.label()).collect();
+    assert_eq!(labels, ["sequential", "data-parallel-4x-ring"]);
+    assert_eq!(m.strategies[1].num_devices(), 4);
+
+    let e = error_of(&text.replace("replicas = 4", "replicas = 0"));
+    assert!(e.contains("strategies[1]") && e.contains("replicas"), "{e}");
+    let e = error_of(&text.replace("all_reduce = \"ring\"", "all_reduce = \"butterfly\""));
+    assert!(e.contains("butterfly") && e.contains("line"), "{e}");
+    let e = error_of(&format!("{text}\n[strategy]\nkind = \"sequential\"\n"));
+    assert!(e.contains("not both"), "{e}");
+    let e = error_of(&text.replace("replicas = 4", "replicas = 4\nbucket_mb = -1"));
+    assert!(e.contains("bucket_mb"), "{e}");
 }

@@ -35,6 +35,13 @@ vocab = {{ max_size = 500, min_freq = 1 }}
 epochs = 2
 batch_size = 32
 
+[[strategies]]
+kind = "sequential"
+
+[[strategies]]
+kind = "data-parallel"
+replicas = 2
+
 [[models]]
 name = "gru"
 architecture = "gru"
@@ -63,7 +70,7 @@ fn a_run_writes_a_complete_results_folder() {
     let m = Manifest::parse(&manifest(&data), Path::new("tiny.toml")).unwrap();
     let options = RunOptions { backend: Some(BackendKind::Ndarray), out: out.path().to_path_buf(), progress: false };
     let summaries = run(&m, &options).unwrap();
-    assert_eq!(summaries.len(), 2);
+    assert_eq!(summaries.len(), 4, "2 models × 2 strategies");
     for s in &summaries {
         let dir = out.path().join("tiny").join(&s.run_id);
         for file in ["manifest.toml", "vocab.json", "epochs.jsonl", "summary.json", "model.bin"] {
@@ -85,6 +92,14 @@ fn a_run_writes_a_complete_results_folder() {
         assert_eq!(recorded.models[0].name, s.model);
         assert_eq!(recorded.experiment.seeds, vec![1]);
         assert_eq!(recorded.experiment.backend, BackendKind::Ndarray);
+        assert_eq!(recorded.strategies.len(), 1);
+        assert_eq!(recorded.strategies[0].label(), s.strategy);
+        if s.strategy.starts_with("data-parallel") {
+            assert_eq!(s.devices.len(), 2, "one device per replica");
+            let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
+            assert_eq!(last["extra"]["replica_max_abs_difference"], 0.0);
+            assert!(last["extra"]["bytes_sent_per_replica_per_step"].as_f64().unwrap() > 0.0);
+        }
     }
 }
 

@@ -37,6 +37,16 @@ impl<B: Backend> Classifier<B> {
         &self.blocks
     }
 
+    /// The id of the token-embedding table's parameter, if this classifier (or stage) starts
+    /// with the embedding block. Its gradient is non-zero only on rows of tokens in the batch,
+    /// which data parallelism exploits to exchange only those rows.
+    pub fn token_embedding_id(&self) -> Option<burn::module::ParamId> {
+        match self.blocks.first() {
+            Some(Block::Embedding(e)) => Some(e.tokens.weight.id),
+            _ => None,
+        }
+    }
+
     /// Number of blocks.
     pub fn num_blocks(&self) -> usize {
         self.blocks.len()
@@ -123,5 +133,12 @@ impl<B: Backend> Classifier<B> {
         let mut values = CollectValues(Vec::new());
         source.visit(&mut values);
         self.map(&mut AssignValues(values.0.into_iter()))
+    }
+
+    /// Every parameter value as `f32`, in visiting order (for comparing models).
+    pub fn parameter_values(&self) -> Vec<f32> {
+        let mut values = CollectValues(Vec::new());
+        self.visit(&mut values);
+        values.0.iter().flat_map(|d| d.iter::<f32>()).collect()
     }
 }

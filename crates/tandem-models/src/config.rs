@@ -1,5 +1,6 @@
 //! Serializable model configurations (the `[[models]]` entries of a manifest).
 
+use burn::module::Module;
 use burn::nn::conv::Conv1dConfig;
 use burn::nn::gru::{BiGruConfig, GruConfig};
 use burn::nn::lstm::{BiLstmConfig, LstmConfig};
@@ -228,6 +229,20 @@ impl ModelConfig {
                 blocks
             }
         };
-        Classifier::from_blocks(blocks)
+        // Burn initializes parameters lazily, on first use, drawing from the backend's RNG then.
+        // Drawing them now, in visiting order, makes the initial values independent of which
+        // strategy (sequential, replicas, stages) touches which parameter first.
+        let model = Classifier::from_blocks(blocks);
+        model.visit(&mut Materialize);
+        model
+    }
+}
+
+/// Forces every lazily initialized parameter to be drawn, in visiting order.
+struct Materialize;
+
+impl<B: Backend> burn::module::ModuleVisitor<B> for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<burn::tensor::Tensor<B, D>>) {
+        let _ = param.val();
     }
 }

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod optim;
 mod sequential;
 mod step;
+pub mod testing;
 
 use std::time::Instant;
 

@@ -3,54 +3,16 @@
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tolerance;
-use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
-use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_models::{Classifier, InputSpec, ModelConfig, RecurrentConfig};
+use tandem_train::testing::{small_models, toy_data, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
 use tandem_train::{gradients, train, EpochRecord, Sequential, TrainConfig};
-
-const MAX_LEN: usize = 10;
 
 /// The backends' seeded RNG is process-global: tests that seed it must not interleave.
 static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     RNG.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A learnable toy corpus: each class has its own topic words, mixed with shared filler.
-fn corpus(n: usize, salt: u64) -> Vec<Sample> {
-    let mut state = 0x2545_f491_4f6c_dd1d_u64 ^ salt;
-    let mut next = move |m: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % m
-    };
-    (0..n)
-        .map(|i| {
-            let label = i % 4;
-            let words: Vec<String> = (0..3 + next(6))
-                .map(|_| if next(3) == 0 { format!("filler{}", next(8)) } else { format!("topic{label}x{}", next(5)) })
-                .collect();
-            Sample { label, title: words[0].clone(), description: words[1..].join(" ") }
-        })
-        .collect()
-}
-
-fn toy_data() -> (Encoded, Encoded, usize) {
-    let train = corpus(160, 1);
-    let holdout = corpus(40, 2);
-    let vocab = Vocab::build(train.iter().map(|s| s.text()), &VocabConfig { max_size: 100, min_freq: 1 });
-    (Encoded::new(&train, &vocab, MAX_LEN), Encoded::new(&holdout, &vocab, MAX_LEN), vocab.len())
-}
-
-fn small_models() -> Vec<ModelConfig> {
-    vec![
-        ModelConfig::Cnn(CnnConfig { embedding_dim: 16, filters: 8, kernel_widths: vec![2, 3], dropout: 0.0, ..Default::default() }),
-        ModelConfig::Lstm(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
-        ModelConfig::Gru(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
-        ModelConfig::Transformer(TransformerConfig { d_model: 16, heads: 2, layers: 1, d_ff: 32, dropout: 0.0, embedding_dropout: 0.0, ..Default::default() }),
-    ]
 }
 
 fn config(epochs: usize) -> TrainConfig {

@@ -1,0 +1,188 @@
+//! Data parallelism must compute what one device computes on the whole global batch.
+
+use std::time::{Duration, Instant};
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::backend::Backend;
+use tandem_data::Encoded;
+use tandem_models::{Classifier, ModelConfig};
+use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
+use tandem_train::testing::{relative_difference, small_models, toy_data, toy_input};
+use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig, TrainStats};
+
+type B = Autodiff<NdArray>;
+
+/// The backend's seeded RNG is process-global: tests that seed it must not interleave.
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Global batch 12 over 160 samples: 13 full batches and a last one of 4.
+///
+/// Adam's ε is raised from 1e-8 to 1e-4: the attention key bias has a gradient that is zero
+/// in exact arithmetic (softmax ignores a shift shared by all keys), so in floating point it is
+/// summation noise of ~1e-9, which Adam with a tiny ε turns into steps of up to the learning
+/// rate in a direction set by that noise (1e-5 relative after 14 steps with ε = 1e-6, varying
+/// with the build's SIMD features). The test is about the gradients, not that noise.
+fn train_config() -> TrainConfig {
+    TrainConfig {
+        epochs: 1,
+        batch_size: 12,
+        learning_rate: 1e-2,
+        epsilon: 1e-4,
+        warmup_steps: 2,
+        grad_clip_norm: Some(1.0),
+        ..Default::default()
+    }
+}
+
+fn initial_model(config: &ModelConfig, vocab_size: usize) -> Classifier<B> {
+    let device = Default::default();
+    B::seed(&device, 3);
+    config.init(&toy_input(vocab_size), &device)
+}
+
+/// One epoch in the given batch order, without the epoch loop's evaluation.
+fn one_epoch(strategy: &mut dyn Strategy<B>, data: &Encoded, config: &TrainConfig) -> TrainStats {
+    let order: Vec<usize> = tandem_data::epoch_order(data.len(), 5, 0);
+    let batches = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
+    let total_steps = config.steps_per_epoch(data.len());
+    let plan = EpochPlan { epoch: 0, batches, data, first_step: 0, total_steps, on_batch: &|_| {} };
+    strategy.train_epoch(&plan).unwrap()
+}
+
+fn data_parallel(model: Classifier<B>, replicas: usize, all_reduce: AllReduceKind, sparse_embedding: bool) -> DataParallel<B> {
+    let config = DataParallelConfig { replicas, all_reduce, sparse_embedding, ..Default::default() };
+    DataParallel::new(model, &train_config(), &config, vec![Default::default(); replicas]).unwrap()
+}
+
+fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllReduceKind, sparse_embedding: bool) {
+    let (data, _, vocab_size) = toy_data();
+    let train = train_config();
+    let mut sequential = Sequential::new(initial_model(config, vocab_size), &train, Default::default());
+    let expected = one_epoch(&mut sequential, &data, &train);
+    let mut parallel = data_parallel(initial_model(config, vocab_size), replicas, all_reduce, sparse_embedding);
+    let got = one_epoch(&mut parallel, &data, &train);
+
+    let name = config.architecture().name();
+    let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
+    assert!(diff <= 1e-5, "{name}, {replicas} replicas, {all_reduce:?}: parameters differ by {diff:e} (relative)");
+    assert!((got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs(), "{name}: loss {} vs {}", got.loss, expected.loss);
+    assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once per epoch");
+    assert_eq!(parallel.max_replica_difference(), 0.0, "{name}: replicas must hold identical parameters");
+}
+
+#[test]
+fn two_replicas_match_sequential_for_every_architecture_and_all_reduce() {
+    let _serial = serial();
+    for config in small_models() {
+        for kind in [AllReduceKind::Tree, AllReduceKind::Ring, AllReduceKind::Centralized] {
+            assert_same_training(&config, 2, kind, true);
+        }
+    }
+}
+
+#[test]
+fn uneven_shards_and_dense_exchange_match_sequential() {
+    let _serial = serial();
+    let gru = &small_models()[2];
+    // 12 / 3 = 4 per replica, but the last batch of 4 splits 2 / 1 / 1.
+    assert_same_training(gru, 3, AllReduceKind::Tree, true);
+    // Batch 4 over 5 replicas leaves one replica without samples; it still joins every all-reduce.
+    let (data, _, vocab_size) = toy_data();
+    let train = TrainConfig { batch_size: 4, ..train_config() };
+    let mut sequential = Sequential::new(initial_model(gru, vocab_size), &train, Default::default());
+    one_epoch(&mut sequential, &data, &train);
+    let config = DataParallelConfig { replicas: 5, ..Default::default() };
+    let mut parallel = DataParallel::new(initial_model(gru, vocab_size), &train, &config, vec![Default::default(); 5]).unwrap();
+    one_epoch(&mut parallel, &data, &train);
+    let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
+    assert!(diff <= 1e-5, "5 replicas, batch 4: parameters differ by {diff:e}");
+    // The whole embedding table instead of its touched rows: same result.
+    assert_same_training(gru, 2, AllReduceKind::Ring, false);
+}
+
+#[test]
+fn communication_is_accounted_and_the_embedding_travels_as_rows() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = train_config();
+    let cnn = &small_models()[0];
+    let stats = |sparse| {
+        let mut parallel = data_parallel(initial_model(cnn, vocab_size), 2, AllReduceKind::Tree, sparse);
+        one_epoch(&mut parallel, &data, &train).extra
+    };
+    let (sparse, dense) = (stats(true), stats(false));
+    let number = |m: &serde_json::Map<String, serde_json::Value>, k: &str| m[k].as_f64().unwrap();
+    let parameters = initial_model(cnn, vocab_size).parameter_count() as f64;
+    // Two peers, tree: each sends (and receives) every reduced value once, 4 bytes each.
+    assert_eq!(number(&dense, "bytes_sent_per_replica_per_step"), 4.0 * parameters);
+    assert_eq!(number(&dense, "dense_bytes_per_replica_per_step"), 4.0 * parameters);
+    assert!(number(&sparse, "bytes_sent_per_replica_per_step") < 4.0 * parameters);
+    assert_eq!(number(&sparse, "bytes_received_per_replica_per_step"), number(&sparse, "bytes_sent_per_replica_per_step"));
+    // One bucket for the dense gradients plus one call for the embedding rows.
+    assert_eq!(number(&sparse, "all_reduce_calls_per_step"), 2.0);
+    assert!((0.0..=1.0).contains(&number(&sparse, "all_reduce_share")));
+}
+
+#[test]
+fn small_buckets_split_the_exchange_but_not_the_result() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = train_config();
+    let transformer = &small_models()[3];
+    let run = |bucket_mb| {
+        let config = DataParallelConfig { bucket_mb, ..Default::default() };
+        let mut parallel = DataParallel::new(initial_model(transformer, vocab_size), &train, &config, vec![Default::default(); 2]).unwrap();
+        let stats = one_epoch(&mut parallel, &data, &train);
+        (stats.extra["buckets_per_step"].as_u64().unwrap(), parallel.model().parameter_values())
+    };
+    let (one, a) = run(25.0);
+    let (many, b) = run(0.001); // 1 KiB buckets
+    assert_eq!(one, 1);
+    assert!(many > 3, "{many} buckets");
+    assert!(relative_difference(&a, &b) <= 1e-6);
+}
+
+#[test]
+fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
+    let _serial = serial();
+    let (data, holdout, vocab_size) = toy_data();
+    let train_cfg = TrainConfig { epochs: 2, ..train_config() };
+    let mut parallel = data_parallel(initial_model(&small_models()[1], vocab_size), 2, AllReduceKind::Tree, true);
+    let records = train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!(r.extra["replica_max_abs_difference"].as_f64(), Some(0.0));
+        assert_eq!(r.holdout.confusion.total(), holdout.len() as u64, "every holdout sample evaluated once");
+    }
+    assert_ne!(tandem_data::epoch_order(data.len(), 9, 0), tandem_data::epoch_order(data.len(), 9, 1));
+}
+
+#[test]
+fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
+    let _serial = serial();
+    let (mut data, _, vocab_size) = toy_data();
+    let train = train_config();
+    // Dense exchange, so replica 0 never looks the bad token up and waits in the all-reduce.
+    let mut parallel = data_parallel(initial_model(&small_models()[2], vocab_size), 2, AllReduceKind::Tree, false);
+    // A token id outside the vocabulary in a sample of replica 1's shard of the third batch.
+    let order: Vec<usize> = (0..data.len()).collect();
+    let bad_sample = 2 * 12 + 7;
+    data.tokens[bad_sample * data.max_len] = (vocab_size + 1000) as u32;
+    let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
+    let plan = EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, on_batch: &|_| {} };
+    let started = Instant::now();
+    let error = parallel.train_epoch(&plan).expect_err("a replica failed").to_string();
+    assert!(error.contains("replica 1"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // The parameters of before the failed epoch are still there, and a new group can run.
+    assert!(parallel.model().parameter_values().iter().all(|v| v.is_finite()));
+    let (good, _, _) = toy_data();
+    let mut fresh = data_parallel(initial_model(&small_models()[2], vocab_size), 2, AllReduceKind::Tree, true);
+    one_epoch(&mut fresh, &good, &train);
+}
+
+

@@ -1,0 +1,73 @@
+//! Small, fast fixtures for tests of training strategies: a learnable toy corpus and the
+//! four architectures at toy sizes with dropout off (so strategies can be compared exactly).
+
+use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
+use tandem_models::{Architecture, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+
+/// Tokens per toy sample.
+pub const TOY_MAX_LEN: usize = 10;
+
+/// A learnable toy corpus: each class has its own topic words, mixed with shared filler.
+pub fn toy_corpus(n: usize, salt: u64) -> Vec<Sample> {
+    let mut state = 0x2545_f491_4f6c_dd1d_u64 ^ salt;
+    let mut next = move |m: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % m
+    };
+    (0..n)
+        .map(|i| {
+            let label = i % 4;
+            let words: Vec<String> = (0..3 + next(6))
+                .map(|_| if next(3) == 0 { format!("filler{}", next(8)) } else { format!("topic{label}x{}", next(5)) })
+                .collect();
+            Sample { label, title: words[0].clone(), description: words[1..].join(" ") }
+        })
+        .collect()
+}
+
+/// 160 training and 40 holdout toy samples, encoded, and the vocabulary size.
+pub fn toy_data() -> (Encoded, Encoded, usize) {
+    let train = toy_corpus(160, 1);
+    let holdout = toy_corpus(40, 2);
+    let vocab = Vocab::build(train.iter().map(|s| s.text()), &VocabConfig { max_size: 100, min_freq: 1 });
+    (Encoded::new(&train, &vocab, TOY_MAX_LEN), Encoded::new(&holdout, &vocab, TOY_MAX_LEN), vocab.len())
+}
+
+/// The input of a toy model over a vocabulary of `vocab_size`.
+pub fn toy_input(vocab_size: usize) -> InputSpec {
+    InputSpec { vocab_size, max_len: TOY_MAX_LEN, num_classes: 4 }
+}
+
+/// CNN, LSTM, GRU and Transformer at toy sizes, dropout off.
+pub fn small_models() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::Cnn(CnnConfig { embedding_dim: 16, filters: 8, kernel_widths: vec![2, 3], dropout: 0.0, ..Default::default() }),
+        ModelConfig::Lstm(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
+        ModelConfig::Gru(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
+        ModelConfig::Transformer(TransformerConfig { d_model: 16, heads: 2, layers: 1, d_ff: 32, dropout: 0.0, embedding_dropout: 0.0, ..Default::default() }),
+    ]
+}
+
+/// `‖a − b‖ / ‖b‖`: how far two parameter vectors are apart, relative to `b`.
+pub fn relative_difference(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "parameter vectors of different models");
+    let diff: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+    let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// The reference shapes of the benchmarks (the configs' defaults: embedding 128; CNN 100
+/// filters × widths 3/4/5; LSTM/GRU hidden 128; Transformer 2 layers, 4 heads, ff 256) with
+/// dropout off.
+pub fn reference_model(architecture: Architecture) -> ModelConfig {
+    match architecture {
+        Architecture::Cnn => ModelConfig::Cnn(CnnConfig { dropout: 0.0, ..Default::default() }),
+        Architecture::Lstm => ModelConfig::Lstm(RecurrentConfig { dropout: 0.0, ..Default::default() }),
+        Architecture::Gru => ModelConfig::Gru(RecurrentConfig { dropout: 0.0, ..Default::default() }),
+        Architecture::Transformer => {
+            ModelConfig::Transformer(TransformerConfig { dropout: 0.0, embedding_dropout: 0.0, ..Default::default() })
+        }
+    }
+}
