@@ -241,19 +241,20 @@ fn dispatch(backend: BackendKind, devices: &[DeviceSpec], ctx: &RunContext) -> O
     let indices = || devices.iter().map(|d| d.index);
     match backend {
         #[cfg(feature = "flex")]
-        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(vec![Default::default()], ctx),
+        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(vec![Default::default()], true, ctx),
         #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(vec![Default::default()], ctx),
+        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(vec![Default::default()], true, ctx),
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => train_on::<Autodiff<burn::backend::Wgpu>>(
             indices()
                 .map(|i| if i == 0 { burn::backend::wgpu::WgpuDevice::DefaultDevice } else { burn::backend::wgpu::WgpuDevice::DiscreteGpu(i) })
                 .collect(),
+            false,
             ctx,
         ),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
-            train_on::<Autodiff<burn::backend::Cuda>>(indices().map(burn::backend::cuda::CudaDevice::new).collect(), ctx)
+            train_on::<Autodiff<burn::backend::Cuda>>(indices().map(burn::backend::cuda::CudaDevice::new).collect(), false, ctx)
         }
         #[allow(unreachable_patterns)]
         other => Outcome::failed(format!("backend `{other}` is not compiled into this build")),
@@ -271,7 +272,8 @@ fn devices_for<D: Clone>(available: &[D], n: usize, cpu: bool) -> Result<Vec<D>,
 }
 
 /// Builds the model and strategy on backend `B` and trains, writing `epochs.jsonl` as it goes.
-fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, ctx: &RunContext) -> Outcome {
+/// `cpu`: the backend has one device, which every replica or stage shares (one core each).
+fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, cpu: bool, ctx: &RunContext) -> Outcome {
     let device = devices[0].clone();
     let train = &ctx.entry.train;
     let input = InputSpec {
@@ -282,7 +284,6 @@ fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, ctx: &RunContext) -> Ou
     tandem_train::seed_backend::<B>(&device, ctx.seed);
     let model: Classifier<B> = ctx.entry.config.init(&input, &device);
     let parameters = model.parameter_count();
-    let cpu = devices.len() == 1;
     let built: Result<Box<dyn Strategy<B>>, String> = match ctx.strategy {
         StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
         StrategyConfig::DataParallel(dp) => devices_for(&devices, dp.replicas, cpu)
