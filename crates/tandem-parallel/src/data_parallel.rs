@@ -10,7 +10,7 @@ use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tandem_models::Classifier;
-use tandem_train::optim::{clip_gradient_norm, learning_rate, AnyOptimizer};
+use tandem_train::optim::AnyOptimizer;
 use tandem_train::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
 use crate::collective::{self, AllReduceKind, GroupLock};
@@ -171,18 +171,14 @@ impl<B: AutodiffBackend> Replica<B> {
             };
             let rows = if self.exchange.is_row_sparse() { touched_rows(plan.data, indices) } else { Vec::new() };
             let weight = shard.len() as f64 / indices.len() as f64;
-            let (mut grads, comm) = match self.exchange.average(&model, local, weight, &rows, &self.device) {
+            let (grads, comm) = match self.exchange.average(&model, local, weight, &rows, &self.device) {
                 Ok(averaged) => averaged,
                 Err(e) => {
                     self.model = Some(model);
                     return Err(e);
                 }
             };
-            if let Some(max_norm) = train.grad_clip_norm {
-                clip_gradient_norm(&model, &mut grads, max_norm);
-            }
-            let lr = learning_rate(train, plan.first_step + i, plan.total_steps);
-            self.model = Some(self.optimizer.step(lr, model, grads));
+            self.model = Some(self.optimizer.update(train, model, grads, plan.first_step + i, plan.total_steps));
             epoch.loss_sum += loss * shard.len() as f64;
             epoch.samples += shard.len();
             epoch.step_seconds += started.elapsed().as_secs_f64();
@@ -265,22 +261,13 @@ fn coordinate<B: AutodiffBackend>(config: &DataParallelConfig, n: usize, reports
                     Err(e) => fail(format!("replica {rank} failed at step {} of epoch {}: {e}", steps[rank] + 1, plan.epoch + 1), &mut failure),
                 }
             }
+            // Replicas blocked in an all-reduce return once the collective is aborted; if they
+            // are still silent one timeout after that, report rather than wait forever.
+            Err(RecvTimeoutError::Timeout) if failure.is_some() => break,
             Err(RecvTimeoutError::Timeout) => {
                 let behind = steps.iter().copied().min().unwrap_or(0);
                 let laggards: Vec<usize> = (0..n).filter(|&r| done[r].is_none() && steps[r] == behind).collect();
                 fail(format!("replica(s) {laggards:?} made no progress for {} s (stuck at step {})", timeout.as_secs_f64(), behind + 1), &mut failure);
-                if finished < n && failure.is_some() {
-                    // Replicas blocked in an all-reduce return once the collective is aborted;
-                    // give them one more timeout, then report rather than wait forever.
-                    while finished < n {
-                        match reports.recv_timeout(timeout) {
-                            Ok(Report::Done { .. }) => finished += 1,
-                            Ok(_) => {}
-                            Err(_) => break,
-                        }
-                    }
-                    break;
-                }
             }
             Err(RecvTimeoutError::Disconnected) => break,
         }

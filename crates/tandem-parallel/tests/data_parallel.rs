@@ -53,9 +53,13 @@ fn one_epoch(strategy: &mut dyn Strategy<B>, data: &Encoded, config: &TrainConfi
     strategy.train_epoch(&plan).unwrap()
 }
 
-fn data_parallel(model: Classifier<B>, replicas: usize, all_reduce: AllReduceKind, sparse_embedding: bool) -> DataParallel<B> {
-    let config = DataParallelConfig { replicas, all_reduce, sparse_embedding, ..Default::default() };
-    DataParallel::new(model, &train_config(), &config, vec![Default::default(); replicas]).unwrap()
+/// `config.replicas` replicas, all on the CPU device.
+fn data_parallel(model: Classifier<B>, config: DataParallelConfig, train: &TrainConfig) -> DataParallel<B> {
+    DataParallel::new(model, train, &config, vec![Default::default(); config.replicas]).unwrap()
+}
+
+fn dp_config(replicas: usize, all_reduce: AllReduceKind, sparse_embedding: bool) -> DataParallelConfig {
+    DataParallelConfig { replicas, all_reduce, sparse_embedding, ..Default::default() }
 }
 
 fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllReduceKind, sparse_embedding: bool) {
@@ -63,7 +67,7 @@ fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllRe
     let train = train_config();
     let mut sequential = Sequential::new(initial_model(config, vocab_size), &train, Default::default());
     let expected = one_epoch(&mut sequential, &data, &train);
-    let mut parallel = data_parallel(initial_model(config, vocab_size), replicas, all_reduce, sparse_embedding);
+    let mut parallel = data_parallel(initial_model(config, vocab_size), dp_config(replicas, all_reduce, sparse_embedding), &train_config());
     let got = one_epoch(&mut parallel, &data, &train);
 
     let name = config.architecture().name();
@@ -95,8 +99,7 @@ fn uneven_shards_and_dense_exchange_match_sequential() {
     let train = TrainConfig { batch_size: 4, ..train_config() };
     let mut sequential = Sequential::new(initial_model(gru, vocab_size), &train, Default::default());
     one_epoch(&mut sequential, &data, &train);
-    let config = DataParallelConfig { replicas: 5, ..Default::default() };
-    let mut parallel = DataParallel::new(initial_model(gru, vocab_size), &train, &config, vec![Default::default(); 5]).unwrap();
+    let mut parallel = data_parallel(initial_model(gru, vocab_size), DataParallelConfig { replicas: 5, ..Default::default() }, &train);
     one_epoch(&mut parallel, &data, &train);
     let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
     assert!(diff <= 1e-5, "5 replicas, batch 4: parameters differ by {diff:e}");
@@ -111,7 +114,7 @@ fn communication_is_accounted_and_the_embedding_travels_as_rows() {
     let train = train_config();
     let cnn = &small_models()[0];
     let stats = |sparse| {
-        let mut parallel = data_parallel(initial_model(cnn, vocab_size), 2, AllReduceKind::Tree, sparse);
+        let mut parallel = data_parallel(initial_model(cnn, vocab_size), dp_config(2, AllReduceKind::Tree, sparse), &train_config());
         one_epoch(&mut parallel, &data, &train).extra
     };
     let (sparse, dense) = (stats(true), stats(false));
@@ -134,8 +137,7 @@ fn small_buckets_split_the_exchange_but_not_the_result() {
     let train = train_config();
     let transformer = &small_models()[3];
     let run = |bucket_mb| {
-        let config = DataParallelConfig { bucket_mb, ..Default::default() };
-        let mut parallel = DataParallel::new(initial_model(transformer, vocab_size), &train, &config, vec![Default::default(); 2]).unwrap();
+        let mut parallel = data_parallel(initial_model(transformer, vocab_size), DataParallelConfig { bucket_mb, ..Default::default() }, &train);
         let stats = one_epoch(&mut parallel, &data, &train);
         (stats.extra["buckets_per_step"].as_u64().unwrap(), parallel.model().parameter_values())
     };
@@ -151,7 +153,7 @@ fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
     let _serial = serial();
     let (data, holdout, vocab_size) = toy_data();
     let train_cfg = TrainConfig { epochs: 2, ..train_config() };
-    let mut parallel = data_parallel(initial_model(&small_models()[1], vocab_size), 2, AllReduceKind::Tree, true);
+    let mut parallel = data_parallel(initial_model(&small_models()[1], vocab_size), dp_config(2, AllReduceKind::Tree, true), &train_config());
     let records = train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
     assert_eq!(records.len(), 2);
     for r in &records {
@@ -167,7 +169,7 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     let (mut data, _, vocab_size) = toy_data();
     let train = train_config();
     // Dense exchange, so replica 0 never looks the bad token up and waits in the all-reduce.
-    let mut parallel = data_parallel(initial_model(&small_models()[2], vocab_size), 2, AllReduceKind::Tree, false);
+    let mut parallel = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, false), &train_config());
     // A token id outside the vocabulary in a sample of replica 1's shard of the third batch.
     let order: Vec<usize> = (0..data.len()).collect();
     let bad_sample = 2 * 12 + 7;
@@ -181,7 +183,7 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     // The parameters of before the failed epoch are still there, and a new group can run.
     assert!(parallel.model().parameter_values().iter().all(|v| v.is_finite()));
     let (good, _, _) = toy_data();
-    let mut fresh = data_parallel(initial_model(&small_models()[2], vocab_size), 2, AllReduceKind::Tree, true);
+    let mut fresh = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, true), &train_config());
     one_epoch(&mut fresh, &good, &train);
 }
 

@@ -84,6 +84,16 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
             Self::AdamW(o) => o.step(lr, module, grads),
         }
     }
+
+    /// The update every strategy applies once its gradients are final: clip their global norm
+    /// (if `config` asks for it), then step with the learning rate of optimizer step `step` of
+    /// `total_steps`.
+    pub fn update(&mut self, config: &TrainConfig, module: M, mut grads: GradientsParams, step: usize, total_steps: usize) -> M {
+        if let Some(max_norm) = config.grad_clip_norm {
+            clip_gradient_norm(&module, &mut grads, max_norm);
+        }
+        self.step(learning_rate(config, step, total_steps), module, grads)
+    }
 }
 
 /// Sums the squared L2 norms of the gradients of a module's parameters.

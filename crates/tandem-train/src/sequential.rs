@@ -3,7 +3,7 @@
 use burn::tensor::backend::AutodiffBackend;
 use tandem_models::Classifier;
 
-use crate::optim::{clip_gradient_norm, learning_rate, AnyOptimizer};
+use crate::optim::AnyOptimizer;
 use crate::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
 /// Trains one model on one device, one global batch per optimizer step.
@@ -36,12 +36,8 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
         let mut samples = 0;
         for (i, indices) in plan.batches.iter().enumerate() {
             let batch = plan.data.batch::<B>(indices, &self.device);
-            let (loss, mut grads) = gradients(&model, batch);
-            if let Some(max_norm) = self.config.grad_clip_norm {
-                clip_gradient_norm(&model, &mut grads, max_norm);
-            }
-            let lr = learning_rate(&self.config, plan.first_step + i, plan.total_steps);
-            model = self.optimizer.step(lr, model, grads);
+            let (loss, grads) = gradients(&model, batch);
+            model = self.optimizer.update(&self.config, model, grads, plan.first_step + i, plan.total_steps);
             loss_sum += loss * indices.len() as f64;
             samples += indices.len();
             (plan.on_batch)(indices.len());
