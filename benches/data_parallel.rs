@@ -12,65 +12,21 @@
 //! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`). Every cell runs in the same process, one after the
 //! other, so the ratios compare like with like on a noisy machine.
 
-use std::time::Instant;
+mod common;
 
-use burn::backend::{Autodiff, Flex};
-use burn::tensor::backend::Backend;
-use tandem_data::{Encoded, SplitConfig, Vocab, VocabConfig};
-use tandem_models::{Architecture, Classifier, InputSpec};
+use common::{data, measure, model, sequential, settings, train, BATCH, SEQ, VOCAB};
 use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
-use tandem_train::testing::reference_model;
-use tandem_train::{EpochPlan, Sequential, Strategy, TrainConfig, TrainStats};
-
-type B = Autodiff<Flex>;
-const BATCH: usize = 64;
-const SEQ: usize = 64;
-const VOCAB: usize = 20_000;
-
-fn data() -> Encoded {
-    let dir = tandem_data::resolve_data_dir(None);
-    let splits = tandem_data::load_splits_with(&dir, &SplitConfig::default()).unwrap_or_else(|e| panic!("{e}"));
-    let vocab = Vocab::build(splits.train.iter().map(|s| s.text()), &VocabConfig { max_size: VOCAB, min_freq: 1 });
-    Encoded::new(&splits.train, &vocab, SEQ)
-}
-
-fn model(arch: Architecture) -> Classifier<B> {
-    let device = Default::default();
-    B::seed(&device, 1);
-    reference_model(arch).init(&InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 }, &device)
-}
-
-/// Samples/s over `steps` optimizer steps, after 2 warm-up steps.
-fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, steps: usize) -> (f64, TrainStats) {
-    let order: Vec<usize> = tandem_data::epoch_order(data.len(), 1, 0);
-    let all: Vec<Vec<usize>> = tandem_data::batches(&order, batch).map(<[usize]>::to_vec).collect();
-    let mut run = |batches: &[Vec<usize>]| {
-        let plan = EpochPlan { epoch: 0, batches: batches.to_vec(), data, first_step: 0, total_steps: all.len(), on_batch: &|_| {} };
-        strategy.train_epoch(&plan).expect("training step")
-    };
-    run(&all[..2]);
-    let started = Instant::now();
-    let stats = run(&all[2..2 + steps]);
-    ((steps * batch) as f64 / started.elapsed().as_secs_f64(), stats)
-}
+use tandem_train::TrainStats;
 
 fn main() {
-    let steps: usize = std::env::var("TANDEM_BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
-    let archs: Vec<Architecture> = Architecture::ALL
-        .into_iter()
-        .filter(|a| std::env::var("TANDEM_BENCH_ARCHS").map_or(true, |l| l.split(',').any(|n| n.trim() == a.name())))
-        .collect();
+    let (steps, archs) = settings();
     let data = data();
-    let train = |threads| TrainConfig { batch_size: BATCH, threads, ..Default::default() };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("data-parallel training throughput, Flex, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}, {steps} steps; {cores} cores here)\n");
     println!("| architecture | sequential 1 core | sequential 2 cores | DP 2×1 dense | DP 2×1 | speedup DP / seq 1 core | all-reduce share (dense) | bytes/replica/step dense → rows | sequential 1 core at batch {} | ideal DP (2× that) | 2 independent sequential runs at once, batch {}, summed |", BATCH / 2, BATCH / 2);
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for arch in archs {
-        let sequential = |threads: usize, batch: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-            pool.install(|| measure(&mut Sequential::new(model(arch), &train(threads), Default::default()), &data, batch, steps).0)
-        };
+        let sequential = |threads: usize, batch: usize| sequential(arch, &data, threads, batch, steps);
         let parallel = |sparse_embedding| {
             let config = DataParallelConfig { replicas: 2, all_reduce: AllReduceKind::Tree, sparse_embedding, ..Default::default() };
             let mut dp = DataParallel::new(model(arch), &train(1), &config, vec![Default::default(); 2]).expect("replicas");

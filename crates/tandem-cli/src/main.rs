@@ -112,7 +112,10 @@ fn dispatch(command: Command) -> Result<(), String> {
             for a in tandem_models::Architecture::ALL {
                 println!("  {}", a.name());
             }
-            println!("strategies:\n  sequential");
+            println!("strategies:");
+            println!("  sequential      one model on one device");
+            println!("  data-parallel   replicas on several devices, gradients averaged by all-reduce");
+            println!("  model-parallel  stages on several devices; schedules naive, gpipe, 1f1b");
             Ok(())
         }
         Command::Data { command: DataCommand::Fetch { dir, url } } => fetch(dir, &url),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tandem_data::VocabConfig;
 use tandem_models::{InputSpec, ModelConfig};
-use tandem_parallel::DataParallelConfig;
+use tandem_parallel::{DataParallelConfig, ModelParallelConfig};
 use tandem_train::TrainConfig;
 
 use crate::backend::{BackendKind, DeviceSpec};
@@ -93,6 +93,8 @@ pub enum StrategyConfig {
     Sequential(SequentialConfig),
     /// Replicas on several devices, gradients averaged by all-reduce.
     DataParallel(DataParallelConfig),
+    /// The model cut into stages on several devices, run by a pipeline schedule.
+    ModelParallel(ModelParallelConfig),
 }
 
 impl Default for StrategyConfig {
@@ -116,6 +118,7 @@ impl StrategyConfig {
         match self {
             Self::Sequential(_) => "sequential",
             Self::DataParallel(_) => "data-parallel",
+            Self::ModelParallel(_) => "model-parallel",
         }
     }
 
@@ -125,6 +128,7 @@ impl StrategyConfig {
             Self::Sequential(SequentialConfig { threads: None }) => "sequential".into(),
             Self::Sequential(SequentialConfig { threads: Some(t) }) => format!("sequential-{t}t"),
             Self::DataParallel(c) => c.label(),
+            Self::ModelParallel(c) => c.label(),
         }
     }
 
@@ -141,6 +145,7 @@ impl StrategyConfig {
         match self {
             Self::Sequential(_) => 1,
             Self::DataParallel(c) => c.replicas,
+            Self::ModelParallel(c) => c.stages,
         }
     }
 
@@ -149,6 +154,7 @@ impl StrategyConfig {
             Self::Sequential(SequentialConfig { threads: Some(0) }) => Err("threads: must be at least 1".into()),
             Self::Sequential(_) => Ok(()),
             Self::DataParallel(c) => c.validate(),
+            Self::ModelParallel(c) => c.validate(),
         }
     }
 }

@@ -6,7 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tandem_data::{DataError, Encoded, SplitConfig, Splits, Vocab};
 use tandem_models::{Classifier, InputSpec};
-use tandem_parallel::DataParallel;
+use tandem_parallel::{DataParallel, ModelParallel};
 use tandem_train::{EpochRecord, Sequential, Strategy};
 
 use crate::backend::{BackendKind, DeviceSpec};
@@ -288,6 +288,9 @@ fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, cpu: bool, ctx: &RunCon
         StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
         StrategyConfig::DataParallel(dp) => devices_for(&devices, dp.replicas, cpu)
             .and_then(|replica_devices| DataParallel::new(model, train, dp, replica_devices))
+            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::ModelParallel(mp) => devices_for(&devices, mp.stages, cpu)
+            .and_then(|stage_devices| ModelParallel::new(model, train, mp, stage_devices, &ctx.data.train))
             .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
     };
     let mut strategy = match built {

@@ -125,3 +125,24 @@ fn several_strategies_are_listed_and_checked() {
     let e = error_of(&text.replace("replicas = 4", "replicas = 4\nbucket_mb = -1"));
     assert!(e.contains("bucket_mb"), "{e}");
 }
+
+#[test]
+fn model_parallel_settings_are_read_and_checked() {
+    let text = format!(
+        "{MINIMAL}\n[[strategies]]\nkind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 4\ninterconnect = \"10gbe\"\n"
+    );
+    let m = parse(&text).unwrap();
+    assert_eq!(m.strategies[0].label(), "model-parallel-2s-1f1b-4m-10gbe");
+    assert_eq!(m.strategies[0].num_devices(), 2);
+    let custom = text.replace("\"10gbe\"", "{ latency_us = 20, bandwidth_gb_s = 3 }");
+    assert_eq!(parse(&custom).unwrap().strategies[0].label(), "model-parallel-2s-1f1b-4m-custom");
+
+    let e = error_of(&text.replace("micro_batches = 4", "micro_batches = 0"));
+    assert!(e.contains("strategies[0]") && e.contains("micro_batches"), "{e}");
+    let e = error_of(&text.replace("stages = 2", "stages = 2\ncuts = [1, 2]"));
+    assert!(e.contains("cuts"), "{e}");
+    let e = error_of(&text.replace("\"1f1b\"", "\"zigzag\""));
+    assert!(e.contains("zigzag") && e.contains("line"), "{e}");
+    let e = error_of(&text.replace("\"10gbe\"", "\"carrier-pigeon\""));
+    assert!(e.contains("interconnect"), "{e}");
+}

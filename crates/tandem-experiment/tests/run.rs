@@ -42,6 +42,12 @@ kind = "sequential"
 kind = "data-parallel"
 replicas = 2
 
+[[strategies]]
+kind = "model-parallel"
+stages = 2
+schedule = "1f1b"
+micro_batches = 4
+
 [[models]]
 name = "gru"
 architecture = "gru"
@@ -70,7 +76,7 @@ fn a_run_writes_a_complete_results_folder() {
     let m = Manifest::parse(&manifest(&data), Path::new("tiny.toml")).unwrap();
     let options = RunOptions { backend: Some(BackendKind::Ndarray), out: out.path().to_path_buf(), progress: false };
     let summaries = run(&m, &options).unwrap();
-    assert_eq!(summaries.len(), 4, "2 models × 2 strategies");
+    assert_eq!(summaries.len(), 6, "2 models × 3 strategies");
     for s in &summaries {
         let dir = out.path().join("tiny").join(&s.run_id);
         for file in ["manifest.toml", "vocab.json", "epochs.jsonl", "summary.json", "model.bin"] {
@@ -99,6 +105,12 @@ fn a_run_writes_a_complete_results_folder() {
             let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
             assert_eq!(last["extra"]["replica_max_abs_difference"], 0.0);
             assert!(last["extra"]["bytes_sent_per_replica_per_step"].as_f64().unwrap() > 0.0);
+        }
+        if s.strategy.starts_with("model-parallel") {
+            assert_eq!(s.devices.len(), 2, "one device per stage");
+            let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
+            assert_eq!(last["extra"]["cuts"].as_array().unwrap().len(), 1, "balanced by time into 2 stages");
+            assert!(last["extra"]["bytes_per_step"].as_f64().unwrap() > 0.0);
         }
     }
 }

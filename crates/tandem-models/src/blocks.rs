@@ -55,7 +55,8 @@ impl<B: Backend> Activation<B> {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    /// What the activation holds, for error messages.
+    pub fn kind(&self) -> &'static str {
         match self {
             Self::Tokens(_) => "token ids",
             Self::Sequence(_) => "a feature sequence",

@@ -16,6 +16,7 @@ use tandem_train::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, Trai
 use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
 use crate::shard::shard_ranges;
+use crate::worker::{panic_message, thread_pools};
 
 /// `[strategy] kind = "data-parallel"`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -120,15 +121,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
                 device,
             })
             .collect();
-        let pools = (0..config.replicas)
-            .map(|rank| {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(train.threads)
-                    .thread_name(move |i| format!("tandem-replica{rank}-{i}"))
-                    .build()
-                    .map_err(|e| format!("cannot start the threads of replica {rank}: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
+        let pools = thread_pools(config.replicas, train.threads, "replica")?;
         Ok(Self { replicas, pools, config: config.clone(), train: train.clone(), snapshot: model })
     }
 
@@ -308,12 +301,4 @@ impl<B: AutodiffBackend> DataParallel<B> {
         };
         TrainStats { loss, samples, steps, extra }
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }

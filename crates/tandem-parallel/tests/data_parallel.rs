@@ -3,12 +3,10 @@
 use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::backend::Backend;
-use tandem_data::Encoded;
 use tandem_models::{Classifier, ModelConfig};
 use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
-use tandem_train::testing::{relative_difference, small_models, toy_data, toy_input};
-use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig, TrainStats};
+use tandem_train::testing::{exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data};
+use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
 
@@ -17,40 +15,6 @@ static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     RNG.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Global batch 12 over 160 samples: 13 full batches and a last one of 4.
-///
-/// Adam's ε is raised from 1e-8 to 1e-4: the attention key bias has a gradient that is zero
-/// in exact arithmetic (softmax ignores a shift shared by all keys), so in floating point it is
-/// summation noise of ~1e-9, which Adam with a tiny ε turns into steps of up to the learning
-/// rate in a direction set by that noise (1e-5 relative after 14 steps with ε = 1e-6, varying
-/// with the build's SIMD features). The test is about the gradients, not that noise.
-fn train_config() -> TrainConfig {
-    TrainConfig {
-        epochs: 1,
-        batch_size: 12,
-        learning_rate: 1e-2,
-        epsilon: 1e-4,
-        warmup_steps: 2,
-        grad_clip_norm: Some(1.0),
-        ..Default::default()
-    }
-}
-
-fn initial_model(config: &ModelConfig, vocab_size: usize) -> Classifier<B> {
-    let device = Default::default();
-    B::seed(&device, 3);
-    config.init(&toy_input(vocab_size), &device)
-}
-
-/// One epoch in the given batch order, without the epoch loop's evaluation.
-fn one_epoch(strategy: &mut dyn Strategy<B>, data: &Encoded, config: &TrainConfig) -> TrainStats {
-    let order: Vec<usize> = tandem_data::epoch_order(data.len(), 5, 0);
-    let batches = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
-    let total_steps = config.steps_per_epoch(data.len());
-    let plan = EpochPlan { epoch: 0, batches, data, first_step: 0, total_steps, on_batch: &|_| {} };
-    strategy.train_epoch(&plan).unwrap()
 }
 
 /// `config.replicas` replicas, all on the CPU device.
@@ -64,10 +28,10 @@ fn dp_config(replicas: usize, all_reduce: AllReduceKind, sparse_embedding: bool)
 
 fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllReduceKind, sparse_embedding: bool) {
     let (data, _, vocab_size) = toy_data();
-    let train = train_config();
-    let mut sequential = Sequential::new(initial_model(config, vocab_size), &train, Default::default());
+    let train = exact_train_config();
+    let mut sequential = Sequential::new(initial_model::<B>(config, vocab_size), &train, Default::default());
     let expected = one_epoch(&mut sequential, &data, &train);
-    let mut parallel = data_parallel(initial_model(config, vocab_size), dp_config(replicas, all_reduce, sparse_embedding), &train_config());
+    let mut parallel = data_parallel(initial_model(config, vocab_size), dp_config(replicas, all_reduce, sparse_embedding), &exact_train_config());
     let got = one_epoch(&mut parallel, &data, &train);
 
     let name = config.architecture().name();
@@ -96,8 +60,8 @@ fn uneven_shards_and_dense_exchange_match_sequential() {
     assert_same_training(gru, 3, AllReduceKind::Tree, true);
     // Batch 4 over 5 replicas leaves one replica without samples; it still joins every all-reduce.
     let (data, _, vocab_size) = toy_data();
-    let train = TrainConfig { batch_size: 4, ..train_config() };
-    let mut sequential = Sequential::new(initial_model(gru, vocab_size), &train, Default::default());
+    let train = TrainConfig { batch_size: 4, ..exact_train_config() };
+    let mut sequential = Sequential::new(initial_model::<B>(gru, vocab_size), &train, Default::default());
     one_epoch(&mut sequential, &data, &train);
     let mut parallel = data_parallel(initial_model(gru, vocab_size), DataParallelConfig { replicas: 5, ..Default::default() }, &train);
     one_epoch(&mut parallel, &data, &train);
@@ -111,15 +75,15 @@ fn uneven_shards_and_dense_exchange_match_sequential() {
 fn communication_is_accounted_and_the_embedding_travels_as_rows() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
-    let train = train_config();
+    let train = exact_train_config();
     let cnn = &small_models()[0];
     let stats = |sparse| {
-        let mut parallel = data_parallel(initial_model(cnn, vocab_size), dp_config(2, AllReduceKind::Tree, sparse), &train_config());
+        let mut parallel = data_parallel(initial_model(cnn, vocab_size), dp_config(2, AllReduceKind::Tree, sparse), &exact_train_config());
         one_epoch(&mut parallel, &data, &train).extra
     };
     let (sparse, dense) = (stats(true), stats(false));
     let number = |m: &serde_json::Map<String, serde_json::Value>, k: &str| m[k].as_f64().unwrap();
-    let parameters = initial_model(cnn, vocab_size).parameter_count() as f64;
+    let parameters = initial_model::<B>(cnn, vocab_size).parameter_count() as f64;
     // Two peers, tree: each sends (and receives) every reduced value once, 4 bytes each.
     assert_eq!(number(&dense, "bytes_sent_per_replica_per_step"), 4.0 * parameters);
     assert_eq!(number(&dense, "dense_bytes_per_replica_per_step"), 4.0 * parameters);
@@ -134,7 +98,7 @@ fn communication_is_accounted_and_the_embedding_travels_as_rows() {
 fn small_buckets_split_the_exchange_but_not_the_result() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
-    let train = train_config();
+    let train = exact_train_config();
     let transformer = &small_models()[3];
     let run = |bucket_mb| {
         let mut parallel = data_parallel(initial_model(transformer, vocab_size), DataParallelConfig { bucket_mb, ..Default::default() }, &train);
@@ -152,8 +116,8 @@ fn small_buckets_split_the_exchange_but_not_the_result() {
 fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
     let _serial = serial();
     let (data, holdout, vocab_size) = toy_data();
-    let train_cfg = TrainConfig { epochs: 2, ..train_config() };
-    let mut parallel = data_parallel(initial_model(&small_models()[1], vocab_size), dp_config(2, AllReduceKind::Tree, true), &train_config());
+    let train_cfg = TrainConfig { epochs: 2, ..exact_train_config() };
+    let mut parallel = data_parallel(initial_model(&small_models()[1], vocab_size), dp_config(2, AllReduceKind::Tree, true), &exact_train_config());
     let records = train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
     assert_eq!(records.len(), 2);
     for r in &records {
@@ -167,9 +131,9 @@ fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
 fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     let _serial = serial();
     let (mut data, _, vocab_size) = toy_data();
-    let train = train_config();
+    let train = exact_train_config();
     // Dense exchange, so replica 0 never looks the bad token up and waits in the all-reduce.
-    let mut parallel = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, false), &train_config());
+    let mut parallel = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, false), &exact_train_config());
     // A token id outside the vocabulary in a sample of replica 1's shard of the third batch.
     let order: Vec<usize> = (0..data.len()).collect();
     let bad_sample = 2 * 12 + 7;
@@ -183,7 +147,7 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     // The parameters of before the failed epoch are still there, and a new group can run.
     assert!(parallel.model().parameter_values().iter().all(|v| v.is_finite()));
     let (good, _, _) = toy_data();
-    let mut fresh = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, true), &train_config());
+    let mut fresh = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, true), &exact_train_config());
     one_epoch(&mut fresh, &good, &train);
 }
 

@@ -22,7 +22,7 @@ use tandem_models::Classifier;
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use optim::{AnyOptimizer, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
-pub use step::{evaluate, gradients, Evaluation};
+pub use step::{evaluate, gradients, loss, Evaluation};
 
 /// The `[train]` section of a manifest.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

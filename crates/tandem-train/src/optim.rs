@@ -143,8 +143,15 @@ pub fn clip_gradient_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     max_norm: f64,
 ) -> f64 {
     let norm = gradient_norm(module, grads);
-    if norm > max_norm {
-        scale_gradients(module, grads, max_norm / (norm + 1e-6));
+    let factor = clip_factor(norm, max_norm);
+    if factor != 1.0 {
+        scale_gradients(module, grads, factor);
     }
     norm
+}
+
+/// The factor that brings gradients of global norm `norm` down to at most `max_norm`
+/// (1 when they are already within it).
+pub fn clip_factor(norm: f64, max_norm: f64) -> f64 {
+    if norm > max_norm { max_norm / (norm + 1e-6) } else { 1.0 }
 }

@@ -1,8 +1,12 @@
 //! Small, fast fixtures for tests of training strategies: a learnable toy corpus and the
-//! four architectures at toy sizes with dropout off (so strategies can be compared exactly).
+//! four architectures at toy sizes with dropout off (so strategies can be compared exactly),
+//! and the settings and epoch under which they are compared.
 
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
-use tandem_models::{Architecture, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_models::{Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+
+use crate::{EpochPlan, Strategy, TrainConfig, TrainStats};
 
 /// Tokens per toy sample.
 pub const TOY_MAX_LEN: usize = 10;
@@ -70,4 +74,40 @@ pub fn reference_model(architecture: Architecture) -> ModelConfig {
             ModelConfig::Transformer(TransformerConfig { dropout: 0.0, embedding_dropout: 0.0, ..Default::default() })
         }
     }
+}
+
+/// Training settings under which strategies must match sequential training exactly: global
+/// batch 12 over the 160 toy samples (13 full batches and a last one of 4), warm-up, clipping.
+///
+/// Adam's ε is raised from 1e-8 to 1e-4: the attention key bias has a gradient that is zero
+/// in exact arithmetic (softmax ignores a shift shared by all keys), so in floating point it is
+/// summation noise of ~1e-9, which Adam with a tiny ε turns into steps of up to the learning
+/// rate in a direction set by that noise (1e-5 relative after 14 steps with ε = 1e-6, varying
+/// with the build's SIMD features). The tests are about the gradients, not that noise.
+pub fn exact_train_config() -> TrainConfig {
+    TrainConfig {
+        epochs: 1,
+        batch_size: 12,
+        learning_rate: 1e-2,
+        epsilon: 1e-4,
+        warmup_steps: 2,
+        grad_clip_norm: Some(1.0),
+        ..Default::default()
+    }
+}
+
+/// A toy model with the same initial parameters every time (the backend seeded with 3).
+pub fn initial_model<B: Backend>(config: &ModelConfig, vocab_size: usize) -> Classifier<B> {
+    let device = Default::default();
+    B::seed(&device, 3);
+    config.init(&toy_input(vocab_size), &device)
+}
+
+/// One epoch over `data` in a fixed shuffled order, without the epoch loop's evaluation.
+pub fn one_epoch<B: AutodiffBackend>(strategy: &mut dyn Strategy<B>, data: &Encoded, config: &TrainConfig) -> TrainStats {
+    let order: Vec<usize> = tandem_data::epoch_order(data.len(), 5, 0);
+    let batches = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
+    let total_steps = config.steps_per_epoch(data.len());
+    let plan = EpochPlan { epoch: 0, batches, data, first_step: 0, total_steps, on_batch: &|_| {} };
+    strategy.train_epoch(&plan).expect("training epoch")
 }

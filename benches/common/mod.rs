@@ -1,0 +1,67 @@
+//! What the strategy benchmarks share: AG News text at the reference shape (batch 64,
+//! sequence 64, vocabulary 20,000, embedding 128), the reference models, and a timed run.
+
+use std::time::Instant;
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::backend::Backend;
+use tandem_data::{Encoded, SplitConfig, Vocab, VocabConfig};
+use tandem_models::{Architecture, Classifier, InputSpec};
+use tandem_train::testing::reference_model;
+use tandem_train::{EpochPlan, Sequential, Strategy, TrainConfig, TrainStats};
+
+pub type B = Autodiff<Flex>;
+pub const BATCH: usize = 64;
+pub const SEQ: usize = 64;
+pub const VOCAB: usize = 20_000;
+
+/// The training part of the AG News test split, encoded at the reference shape.
+pub fn data() -> Encoded {
+    let dir = tandem_data::resolve_data_dir(None);
+    let splits = tandem_data::load_splits_with(&dir, &SplitConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+    let vocab = Vocab::build(splits.train.iter().map(|s| s.text()), &VocabConfig { max_size: VOCAB, min_freq: 1 });
+    Encoded::new(&splits.train, &vocab, SEQ)
+}
+
+/// The reference model of `arch`, with the same initial parameters every time.
+pub fn model(arch: Architecture) -> Classifier<B> {
+    let device = Default::default();
+    B::seed(&device, 1);
+    reference_model(arch).init(&InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 }, &device)
+}
+
+/// `TANDEM_BENCH_STEPS` (timed optimizer steps per cell, default 20) and the architectures
+/// named in `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`; default all).
+pub fn settings() -> (usize, Vec<Architecture>) {
+    let steps = std::env::var("TANDEM_BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let archs = Architecture::ALL
+        .into_iter()
+        .filter(|a| std::env::var("TANDEM_BENCH_ARCHS").map_or(true, |l| l.split(',').any(|n| n.trim() == a.name())))
+        .collect();
+    (steps, archs)
+}
+
+/// Training settings at the reference shape with `threads` compute threads per device.
+pub fn train(threads: usize) -> TrainConfig {
+    TrainConfig { batch_size: BATCH, threads, ..Default::default() }
+}
+
+/// Samples/s over `steps` optimizer steps of `batch` samples, after 2 warm-up steps.
+pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, steps: usize) -> (f64, TrainStats) {
+    let order: Vec<usize> = tandem_data::epoch_order(data.len(), 1, 0);
+    let all: Vec<Vec<usize>> = tandem_data::batches(&order, batch).map(<[usize]>::to_vec).collect();
+    let mut run = |batches: &[Vec<usize>]| {
+        let plan = EpochPlan { epoch: 0, batches: batches.to_vec(), data, first_step: 0, total_steps: all.len(), on_batch: &|_| {} };
+        strategy.train_epoch(&plan).expect("training step")
+    };
+    run(&all[..2]);
+    let started = Instant::now();
+    let stats = run(&all[2..2 + steps]);
+    ((steps * batch) as f64 / started.elapsed().as_secs_f64(), stats)
+}
+
+/// Sequential training of `arch` on `threads` cores: samples/s at `batch`.
+pub fn sequential(arch: Architecture, data: &Encoded, threads: usize, batch: usize, steps: usize) -> f64 {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    pool.install(|| measure(&mut Sequential::new(model(arch), &train(threads), Default::default()), data, batch, steps).0)
+}

@@ -1,0 +1,237 @@
+//! Links: one direction of a stage boundary, counting what crosses it and, optionally,
+//! simulating an interconnect's latency and bandwidth so the cost of model parallelism over a
+//! slow network can be studied on one machine.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// A named interconnect, with approximate per-direction figures.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// No simulated cost: messages arrive as soon as they are sent (the default).
+    #[serde(rename = "none")]
+    Instant,
+    /// NVLink 3 (A100): 300 GB/s, 3 µs.
+    #[serde(rename = "nvlink")]
+    NvLink,
+    /// PCIe 4.0 ×16: 25 GB/s, 5 µs.
+    #[serde(rename = "pcie4")]
+    Pcie4,
+    /// 10 Gigabit Ethernet: 1.25 GB/s, 30 µs.
+    #[serde(rename = "10gbe")]
+    TenGbE,
+    /// 1 Gigabit Ethernet: 0.125 GB/s, 50 µs.
+    #[serde(rename = "1gbe")]
+    OneGbE,
+}
+
+/// `interconnect = "1gbe"` (a [`Preset`]) or `interconnect = { latency_us = 50, bandwidth_gb_s = 0.125 }`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(
+    untagged,
+    expecting = "`interconnect`: one of \"none\", \"nvlink\", \"pcie4\", \"10gbe\", \"1gbe\", or { latency_us = …, bandwidth_gb_s = … }"
+)]
+pub enum Interconnect {
+    Preset(Preset),
+    Custom {
+        /// One-way latency in microseconds.
+        latency_us: f64,
+        /// Bandwidth per direction in gigabytes (10⁹ bytes) per second.
+        bandwidth_gb_s: f64,
+    },
+}
+
+impl Default for Interconnect {
+    fn default() -> Self {
+        Self::Preset(Preset::Instant)
+    }
+}
+
+impl Interconnect {
+    /// One-way latency and bandwidth in bytes per second (`None`: no simulated cost).
+    pub fn figures(&self) -> Option<(Duration, f64)> {
+        let (latency_us, gb_s) = match *self {
+            Self::Preset(Preset::Instant) => return None,
+            Self::Preset(Preset::NvLink) => (3.0, 300.0),
+            Self::Preset(Preset::Pcie4) => (5.0, 25.0),
+            Self::Preset(Preset::TenGbE) => (30.0, 1.25),
+            Self::Preset(Preset::OneGbE) => (50.0, 0.125),
+            Self::Custom { latency_us, bandwidth_gb_s } => (latency_us, bandwidth_gb_s),
+        };
+        Some((Duration::from_secs_f64(latency_us * 1e-6), gb_s * 1e9))
+    }
+
+    /// Checks values serde cannot; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Self::Custom { latency_us, bandwidth_gb_s } = *self {
+            if !(latency_us >= 0.0 && latency_us.is_finite()) {
+                return Err(format!("`interconnect.latency_us` must be zero or positive, got {latency_us}"));
+            }
+            if !(bandwidth_gb_s > 0.0 && bandwidth_gb_s.is_finite()) {
+                return Err(format!("`interconnect.bandwidth_gb_s` must be positive, got {bandwidth_gb_s}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Short name for labels: the preset's, or `custom`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Preset(Preset::Instant) => "none",
+            Self::Preset(Preset::NvLink) => "nvlink",
+            Self::Preset(Preset::Pcie4) => "pcie4",
+            Self::Preset(Preset::TenGbE) => "10gbe",
+            Self::Preset(Preset::OneGbE) => "1gbe",
+            Self::Custom { .. } => "custom",
+        }
+    }
+}
+
+/// Messages and bytes that crossed one link.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// How long a receiver waited for a message: `idle` until the sender had sent it, `transfer`
+/// from then until the simulated interconnect delivered it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wait {
+    pub idle: Duration,
+    pub transfer: Duration,
+}
+
+struct Envelope<T> {
+    value: T,
+    arrives: Instant,
+}
+
+/// The sending end of a link.
+pub struct LinkSender<T> {
+    channel: Sender<Envelope<T>>,
+    interconnect: Option<(Duration, f64)>,
+    /// When the simulated wire is free again (messages serialize on it).
+    wire_free: Instant,
+    traffic: Arc<Mutex<Traffic>>,
+}
+
+/// The receiving end of a link.
+pub struct LinkReceiver<T> {
+    channel: Receiver<Envelope<T>>,
+    traffic: Arc<Mutex<Traffic>>,
+}
+
+/// A one-directional link over `interconnect`.
+pub fn link<T>(interconnect: Interconnect) -> (LinkSender<T>, LinkReceiver<T>) {
+    let (tx, rx) = mpsc::channel();
+    let traffic = Arc::new(Mutex::new(Traffic::default()));
+    let sender = LinkSender { channel: tx, interconnect: interconnect.figures(), wire_free: Instant::now(), traffic: traffic.clone() };
+    (sender, LinkReceiver { channel: rx, traffic })
+}
+
+impl<T> LinkSender<T> {
+    /// Sends `value`, counted as `bytes`. Never blocks: on a simulated interconnect the message
+    /// occupies the wire for `bytes / bandwidth` after the previous one and arrives `latency`
+    /// later, which the receiver waits for.
+    pub fn send(&mut self, value: T, bytes: usize) -> Result<(), String> {
+        let now = Instant::now();
+        let arrives = match self.interconnect {
+            None => now,
+            Some((latency, bytes_per_second)) => {
+                self.wire_free = self.wire_free.max(now) + Duration::from_secs_f64(bytes as f64 / bytes_per_second);
+                self.wire_free + latency
+            }
+        };
+        {
+            let mut traffic = self.traffic.lock().unwrap_or_else(|e| e.into_inner());
+            traffic.messages += 1;
+            traffic.bytes += bytes as u64;
+        }
+        self.channel.send(Envelope { value, arrives }).map_err(|_| "the receiving stage has stopped".to_string())
+    }
+
+    /// What has been sent so far.
+    pub fn traffic(&self) -> Traffic {
+        *self.traffic.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How often a waiting receiver checks whether the run was stopped.
+const POLL: Duration = Duration::from_millis(20);
+
+impl<T> LinkReceiver<T> {
+    /// Waits for the next message, at most `timeout`, returning early with an error if `stop`
+    /// is raised or the sender has gone.
+    pub fn recv(&self, timeout: Duration, stop: &AtomicBool) -> Result<(T, Wait), String> {
+        let started = Instant::now();
+        let envelope = loop {
+            match self.channel.recv_timeout(POLL) {
+                Ok(envelope) => break envelope,
+                Err(RecvTimeoutError::Disconnected) => return Err("the sending stage has stopped".into()),
+                Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => return Err("stopped".into()),
+                Err(RecvTimeoutError::Timeout) if started.elapsed() >= timeout => {
+                    return Err(format!("no message for {} s", timeout.as_secs_f64()))
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        };
+        let received = Instant::now();
+        if envelope.arrives > received {
+            std::thread::sleep(envelope.arrives - received);
+        }
+        let wait = Wait { idle: received - started, transfer: Instant::now() - received };
+        Ok((envelope.value, wait))
+    }
+
+    /// What has crossed the link so far (sent, whether or not received yet).
+    pub fn traffic(&self) -> Traffic {
+        *self.traffic.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse_from_their_names_and_custom_from_a_table() {
+        #[derive(Deserialize)]
+        struct Holder {
+            interconnect: Interconnect,
+        }
+        let parse = |s: &str| serde_json::from_str::<Holder>(s).unwrap().interconnect;
+        assert_eq!(parse(r#"{"interconnect": "1gbe"}"#), Interconnect::Preset(Preset::OneGbE));
+        assert_eq!(parse(r#"{"interconnect": "none"}"#).figures(), None);
+        let custom = parse(r#"{"interconnect": {"latency_us": 10, "bandwidth_gb_s": 2}}"#);
+        assert_eq!(custom.figures(), Some((Duration::from_micros(10), 2e9)));
+        assert!(Interconnect::Custom { latency_us: 1.0, bandwidth_gb_s: 0.0 }.validate().is_err());
+    }
+
+    #[test]
+    fn messages_arrive_in_order_and_are_counted() {
+        let (mut tx, rx) = link::<u32>(Interconnect::default());
+        let stop = AtomicBool::new(false);
+        tx.send(1, 100).unwrap();
+        tx.send(2, 28).unwrap();
+        assert_eq!(rx.recv(Duration::from_secs(1), &stop).unwrap().0, 1);
+        assert_eq!(rx.recv(Duration::from_secs(1), &stop).unwrap().0, 2);
+        assert_eq!(rx.traffic(), Traffic { messages: 2, bytes: 128 });
+    }
+
+    #[test]
+    fn a_silent_or_vanished_sender_is_an_error_not_a_hang() {
+        let (tx, rx) = link::<u32>(Interconnect::default());
+        let stop = AtomicBool::new(false);
+        let err = rx.recv(Duration::from_millis(50), &stop).unwrap_err();
+        assert!(err.contains("no message"), "{err}");
+        stop.store(true, Ordering::SeqCst);
+        assert_eq!(rx.recv(Duration::from_secs(60), &stop).unwrap_err(), "stopped");
+        drop(tx);
+        assert!(rx.recv(Duration::from_secs(60), &AtomicBool::new(false)).unwrap_err().contains("stopped"));
+    }
+}

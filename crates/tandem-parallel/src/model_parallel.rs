@@ -1,0 +1,588 @@
+//! Model parallelism: the model cut into stages, one device and one thread per stage,
+//! activations sent forward and gradients sent back over counted (optionally slowed) links,
+//! in the order a [`Schedule`] prescribes.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use burn::tensor::backend::AutodiffBackend;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tandem_data::Encoded;
+use tandem_models::{Activation, Classifier};
+use tandem_train::optim::clip_factor;
+use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
+
+use crate::link::{link, Interconnect, LinkReceiver, LinkSender, Traffic};
+use crate::schedule::{theoretical_bubble, Action, Schedule};
+use crate::shard::shard_ranges;
+use crate::stage::{wire_bytes, Stage, Wire};
+use crate::worker::{panic_message, thread_pools};
+
+/// How cut points are chosen when the manifest gives none.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balance {
+    /// Stages with parameter counts as even as possible.
+    Params,
+    /// Stages with training-step times as even as possible, from a short profiling pass.
+    Time,
+}
+
+/// `[strategy] kind = "model-parallel"`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelParallelConfig {
+    /// Number of stages: one device and one thread each (on a CPU, `[train] threads` cores each).
+    pub stages: usize,
+    /// Explicit cut points (block indices, strictly increasing); overrides `balance`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuts: Option<Vec<usize>>,
+    pub balance: Balance,
+    pub schedule: Schedule,
+    /// Micro-batches per global batch (`gpipe`, `1f1b`; the naive schedule uses 1).
+    pub micro_batches: usize,
+    /// Simulated interconnect on every stage boundary.
+    pub interconnect: Interconnect,
+    /// A stage that waits this long for a message, or a run where no stage reports progress for
+    /// this long, fails.
+    pub timeout_seconds: f64,
+}
+
+impl Default for ModelParallelConfig {
+    fn default() -> Self {
+        Self {
+            stages: 2,
+            cuts: None,
+            balance: Balance::Time,
+            schedule: Schedule::GPipe,
+            micro_batches: 8,
+            interconnect: Interconnect::default(),
+            timeout_seconds: 600.0,
+        }
+    }
+}
+
+impl ModelParallelConfig {
+    /// Checks values serde cannot; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.stages == 0 {
+            return Err("`stages` must be at least 1".into());
+        }
+        if self.micro_batches == 0 {
+            return Err("`micro_batches` must be at least 1".into());
+        }
+        if let Some(cuts) = &self.cuts {
+            if cuts.len() + 1 != self.stages {
+                return Err(format!("`cuts` {cuts:?} make {} stages but `stages` is {}", cuts.len() + 1, self.stages));
+            }
+        }
+        if !(self.timeout_seconds > 0.0 && self.timeout_seconds.is_finite()) {
+            return Err(format!("`timeout_seconds` must be positive, got {}", self.timeout_seconds));
+        }
+        self.interconnect.validate()
+    }
+
+    /// Short label for run names, e.g. `model-parallel-2s-gpipe-8m` or `model-parallel-2s-naive-1gbe`.
+    pub fn label(&self) -> String {
+        let mut label = format!("model-parallel-{}s-{}", self.stages, self.schedule.name());
+        if self.schedule != Schedule::Naive {
+            label += &format!("-{}m", self.micro_batches);
+        }
+        if self.interconnect.figures().is_some() {
+            label += &format!("-{}", self.interconnect.name());
+        }
+        label
+    }
+}
+
+/// Cut points that split blocks of the given costs into `stages` contiguous stages whose
+/// largest total cost is as small as possible (the pipeline runs at the pace of its slowest stage).
+pub fn balanced_cuts(costs: &[f64], stages: usize) -> Vec<usize> {
+    fn search(costs: &[f64], start: usize, stages: usize, cuts: &mut Vec<usize>, best: &mut (f64, Vec<usize>), worst: f64) {
+        if stages == 1 {
+            let worst = worst.max(costs[start..].iter().sum());
+            if worst < best.0 {
+                *best = (worst, cuts.clone());
+            }
+            return;
+        }
+        for cut in start + 1..=costs.len() - (stages - 1) {
+            cuts.push(cut);
+            search(costs, cut, stages - 1, cuts, best, worst.max(costs[start..cut].iter().sum()));
+            cuts.pop();
+        }
+    }
+    let mut best = (f64::INFINITY, Vec::new());
+    if (1..=costs.len()).contains(&stages) {
+        search(costs, 0, stages, &mut Vec::new(), &mut best, 0.0);
+    }
+    best.1
+}
+
+/// Seconds each block of `model` takes for a training step (forward, backward and optimizer
+/// update) on `micro_size` samples of `data`: the mean of 3 steps after a warm-up, each block
+/// run as its own stage on `device`.
+pub fn profile_blocks<B: AutodiffBackend>(model: &Classifier<B>, train: &TrainConfig, data: &Encoded, micro_size: usize, device: &B::Device) -> Result<Vec<f64>, String> {
+    let n = model.num_blocks();
+    let blocks = model.clone().split(&(1..n).collect::<Vec<_>>()).map_err(|e| e.to_string())?;
+    let mut stages: Vec<Stage<B>> = blocks.into_iter().map(|b| Stage::new(b, train, device.clone())).collect();
+    let indices: Vec<usize> = (0..micro_size.min(data.len())).collect();
+    if indices.is_empty() {
+        return Err("cannot balance stages by time without training data".into());
+    }
+    let mut seconds = vec![0.0; n];
+    for rep in 0..4 {
+        let batch = data.batch::<B>(&indices, device);
+        let mut elapsed = vec![Duration::ZERO; n];
+        let mut x = Activation::Tokens(batch.tokens.inner());
+        for (i, stage) in stages.iter_mut().enumerate() {
+            let started = Instant::now();
+            if i + 1 == n {
+                stage.forward_loss(0, x.clone(), &batch.mask_pad, batch.labels.clone(), 1.0);
+            } else {
+                x = stage.forward(0, x, &batch.mask_pad);
+            }
+            elapsed[i] += started.elapsed();
+        }
+        let mut grad = None;
+        for (i, stage) in stages.iter_mut().enumerate().rev() {
+            let started = Instant::now();
+            grad = stage.backward(0, grad)?;
+            stage.step(train, 1.0, 0, 1);
+            elapsed[i] += started.elapsed();
+        }
+        // The first repetition warms up (allocations, caches) and is not counted.
+        if rep > 0 {
+            seconds.iter_mut().zip(elapsed).for_each(|(s, e)| *s += e.as_secs_f64() / 3.0);
+        }
+    }
+    Ok(seconds)
+}
+
+/// A message on a forward or backward link: global batch, micro-batch, values.
+type Message<B> = (usize, usize, Wire<B>);
+
+/// One stage's ends of its links (absent at the ends of the pipeline).
+struct Ends<B: AutodiffBackend> {
+    from_previous: Option<LinkReceiver<Message<B>>>,
+    to_next: Option<LinkSender<Message<B>>>,
+    from_next: Option<LinkReceiver<Message<B>>>,
+    to_previous: Option<LinkSender<Message<B>>>,
+}
+
+/// What a stage reports to the coordinator.
+enum Report {
+    Step { stage: usize, samples: usize },
+    Done { stage: usize, result: Result<StageEpoch, StageFailure> },
+}
+
+/// Why a stage stopped: its own fault, or a consequence of another stage stopping.
+struct StageFailure {
+    message: String,
+    caused_elsewhere: bool,
+}
+
+impl StageFailure {
+    fn own(message: impl Into<String>) -> Self {
+        Self { message: message.into(), caused_elsewhere: false }
+    }
+    fn elsewhere(message: impl Into<String>) -> Self {
+        Self { message: message.into(), caused_elsewhere: true }
+    }
+}
+
+/// One stage's epoch figures.
+#[derive(Default)]
+struct StageEpoch {
+    loss_sum: f64,
+    samples: usize,
+    compute: Duration,
+    transfer: Duration,
+    idle: Duration,
+    wall: Duration,
+    peak_live: usize,
+    forward_traffic: Traffic,
+    backward_traffic: Traffic,
+}
+
+/// A scalar all-reduce between the stage threads (the squared gradient norms, for clipping by
+/// the global norm). Values are summed in stage order, so every run sums them identically.
+struct ScalarSum {
+    state: Mutex<(u64, Vec<Option<f64>>, f64)>,
+    changed: Condvar,
+}
+
+impl ScalarSum {
+    fn new(parties: usize) -> Self {
+        Self { state: Mutex::new((0, vec![None; parties], 0.0)), changed: Condvar::new() }
+    }
+
+    fn sum(&self, party: usize, value: f64, timeout: Duration, stop: &AtomicBool) -> Result<f64, StageFailure> {
+        let started = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let round = state.0;
+        state.1[party] = Some(value);
+        if state.1.iter().all(Option::is_some) {
+            state.2 = state.1.iter_mut().map(|v| v.take().unwrap_or(0.0)).sum();
+            state.0 += 1;
+            self.changed.notify_all();
+            return Ok(state.2);
+        }
+        loop {
+            state = self.changed.wait_timeout(state, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner()).0;
+            if state.0 != round {
+                return Ok(state.2);
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Err(StageFailure::elsewhere("stopped"));
+            }
+            if started.elapsed() >= timeout {
+                return Err(StageFailure::elsewhere(format!("waited {} s for the other stages' gradient norms", timeout.as_secs_f64())));
+            }
+        }
+    }
+}
+
+/// Model-parallel training over `stages` devices (see the module docs).
+pub struct ModelParallel<B: AutodiffBackend> {
+    stages: Vec<Stage<B>>,
+    pools: Vec<rayon::ThreadPool>,
+    cuts: Vec<usize>,
+    config: ModelParallelConfig,
+    train: TrainConfig,
+    /// The stages' parameters after the last completed epoch, in case one fails mid-epoch.
+    snapshot: Vec<Classifier<B>>,
+    failed: bool,
+}
+
+impl<B: AutodiffBackend> ModelParallel<B> {
+    /// Cuts `model` into stages on `devices` (one per stage). `profile_data` is used only by
+    /// `balance = "time"`, to time each block on a micro-batch.
+    pub fn new(model: Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, devices: Vec<B::Device>, profile_data: &Encoded) -> Result<Self, String> {
+        config.validate()?;
+        if devices.len() != config.stages {
+            return Err(format!("{} stages need {} devices, got {}", config.stages, config.stages, devices.len()));
+        }
+        if config.stages > model.num_blocks() {
+            return Err(format!("cannot cut a model of {} blocks into {} stages", model.num_blocks(), config.stages));
+        }
+        let pools = thread_pools(config.stages, train.threads, "stage")?;
+        let cuts = match (&config.cuts, config.balance) {
+            (Some(cuts), _) => cuts.clone(),
+            _ if config.stages == 1 => Vec::new(),
+            (None, Balance::Params) => {
+                let costs: Vec<f64> = model.blocks().iter().map(|b| b.num_params() as f64).collect();
+                balanced_cuts(&costs, config.stages)
+            }
+            (None, Balance::Time) => {
+                let micro_size = train.batch_size.div_ceil(config.schedule.micro_batches(config.micro_batches));
+                let costs = pools[0].install(|| profile_blocks(&model, train, profile_data, micro_size, &devices[0]))?;
+                balanced_cuts(&costs, config.stages)
+            }
+        };
+        if cuts.len() + 1 != config.stages {
+            return Err(format!("cannot cut a model of {} blocks into {} stages", model.num_blocks(), config.stages));
+        }
+        let modules = model.split(&cuts).map_err(|e| format!("`cuts`: {e}"))?;
+        let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
+        let snapshot = stages.iter().map(|s| s.module().clone()).collect();
+        Ok(Self { stages, pools, cuts, config: config.clone(), train: train.clone(), snapshot, failed: false })
+    }
+
+    /// The cut points in use (block indices where each stage after the first begins).
+    pub fn cuts(&self) -> &[usize] {
+        &self.cuts
+    }
+}
+
+/// Everything a stage thread needs besides its stage.
+struct StageContext<'a> {
+    index: usize,
+    stages: usize,
+    plan: &'a EpochPlan<'a>,
+    train: &'a TrainConfig,
+    config: &'a ModelParallelConfig,
+    norms: &'a ScalarSum,
+    stop: &'a AtomicBool,
+    reports: Sender<Report>,
+}
+
+impl<'a> StageContext<'a> {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.config.timeout_seconds)
+    }
+
+    /// Receives the message for (`batch`, `micro`) on `link`, adding the wait to `epoch`.
+    fn receive<B: AutodiffBackend>(&self, link: &Option<LinkReceiver<Message<B>>>, batch: usize, micro: usize, epoch: &mut StageEpoch) -> Result<Wire<B>, StageFailure> {
+        let link = link.as_ref().ok_or_else(|| StageFailure::own("receive on a link that does not exist"))?;
+        let ((b, m, value), wait) = link.recv(self.timeout(), self.stop).map_err(StageFailure::elsewhere)?;
+        epoch.idle += wait.idle;
+        epoch.transfer += wait.transfer;
+        if (b, m) != (batch, micro) {
+            return Err(StageFailure::own(format!("expected micro-batch {micro} of batch {batch}, received {m} of {b}")));
+        }
+        Ok(value)
+    }
+
+    fn send<B: AutodiffBackend>(&self, link: &mut Option<LinkSender<Message<B>>>, batch: usize, micro: usize, value: Wire<B>) -> Result<(), StageFailure> {
+        let link = link.as_mut().ok_or_else(|| StageFailure::own("send on a link that does not exist"))?;
+        let bytes = wire_bytes::<B>(&value);
+        link.send((batch, micro, value), bytes).map_err(StageFailure::elsewhere)
+    }
+
+    /// Runs this stage's passes of every global batch of the epoch, in schedule order.
+    fn run<B: AutodiffBackend>(&self, stage: &mut Stage<B>, mut ends: Ends<B>) -> Result<StageEpoch, StageFailure> {
+        let started = Instant::now();
+        let mut epoch = StageEpoch::default();
+        let last = self.index + 1 == self.stages;
+        for (b, indices) in self.plan.batches.iter().enumerate() {
+            if self.stop.load(Ordering::SeqCst) {
+                return Err(StageFailure::elsewhere("stopped"));
+            }
+            let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(indices.len()).max(1);
+            let ranges = shard_ranges(indices.len(), micro);
+            for action in self.config.schedule.actions(self.index, self.stages, micro) {
+                match action {
+                    Action::Forward(m) => {
+                        let rows = &indices[ranges[m].clone()];
+                        let input = match self.index {
+                            0 => None,
+                            _ => Some(self.receive::<B>(&ends.from_previous, b, m, &mut epoch)?),
+                        };
+                        let computing = Instant::now();
+                        let batch = self.plan.data.batch::<B>(rows, stage.device());
+                        let input = input.unwrap_or_else(|| Activation::Tokens(batch.tokens.inner()));
+                        if last {
+                            let weight = rows.len() as f64 / indices.len() as f64;
+                            let loss = stage.forward_loss(m, input, &batch.mask_pad, batch.labels, weight);
+                            epoch.loss_sum += loss * rows.len() as f64;
+                            epoch.samples += rows.len();
+                            epoch.compute += computing.elapsed();
+                            epoch.peak_live = epoch.peak_live.max(stage.live());
+                        } else {
+                            let output = stage.forward(m, input, &batch.mask_pad);
+                            epoch.compute += computing.elapsed();
+                            epoch.peak_live = epoch.peak_live.max(stage.live());
+                            self.send::<B>(&mut ends.to_next, b, m, output)?;
+                        }
+                    }
+                    Action::Backward(m) => {
+                        let grad = match last {
+                            true => None,
+                            false => Some(self.receive::<B>(&ends.from_next, b, m, &mut epoch)?),
+                        };
+                        let computing = Instant::now();
+                        let input_grad = stage.backward(m, grad).map_err(StageFailure::own)?;
+                        epoch.compute += computing.elapsed();
+                        if let Some(g) = input_grad {
+                            self.send::<B>(&mut ends.to_previous, b, m, g)?;
+                        }
+                    }
+                }
+            }
+            let scale = match self.train.grad_clip_norm {
+                None => 1.0,
+                Some(max_norm) => {
+                    let computing = Instant::now();
+                    let squared = stage.squared_gradient_norm();
+                    epoch.compute += computing.elapsed();
+                    let waiting = Instant::now();
+                    let total = self.norms.sum(self.index, squared, self.timeout(), self.stop)?;
+                    epoch.idle += waiting.elapsed();
+                    clip_factor(total.sqrt(), max_norm)
+                }
+            };
+            let computing = Instant::now();
+            stage.step(self.train, scale, self.plan.first_step + b, self.plan.total_steps);
+            epoch.compute += computing.elapsed();
+            let _ = self.reports.send(Report::Step { stage: self.index, samples: indices.len() });
+        }
+        epoch.wall = started.elapsed();
+        epoch.forward_traffic = ends.to_next.as_ref().map(LinkSender::traffic).unwrap_or_default();
+        epoch.backward_traffic = ends.to_previous.as_ref().map(LinkSender::traffic).unwrap_or_default();
+        Ok(epoch)
+    }
+}
+
+/// The link ends of every stage: stage `s` sends forward to `s + 1` and back to `s − 1`.
+fn wire_up<B: AutodiffBackend>(stages: usize, interconnect: Interconnect) -> Vec<Ends<B>> {
+    let mut ends: Vec<Ends<B>> = (0..stages).map(|_| Ends { from_previous: None, to_next: None, from_next: None, to_previous: None }).collect();
+    for s in 1..stages {
+        let (tx, rx) = link(interconnect);
+        ends[s - 1].to_next = Some(tx);
+        ends[s].from_previous = Some(rx);
+        let (tx, rx) = link(interconnect);
+        ends[s].to_previous = Some(tx);
+        ends[s - 1].from_next = Some(rx);
+    }
+    ends
+}
+
+impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
+    fn name(&self) -> &str {
+        "model-parallel"
+    }
+
+    fn devices(&self) -> Vec<String> {
+        self.stages.iter().map(|s| format!("{:?}", s.device())).collect()
+    }
+
+    fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError> {
+        if self.failed {
+            return Err(TrainError::Strategy("an earlier epoch failed; the stages are out of step".into()));
+        }
+        self.snapshot = self.stages.iter().map(|s| s.module().clone()).collect();
+        let k = self.stages.len();
+        let norms = ScalarSum::new(k);
+        let stop = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        let (train, config) = (&self.train, &self.config);
+        let outcome = std::thread::scope(|scope| {
+            for ((index, stage), (pool, ends)) in self.stages.iter_mut().enumerate().zip(self.pools.iter().zip(wire_up::<B>(k, config.interconnect))) {
+                let context = StageContext { index, stages: k, plan, train, config, norms: &norms, stop: &stop, reports: tx.clone() };
+                scope.spawn(move || {
+                    let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| context.run(stage, ends))))
+                        .unwrap_or_else(|panic| Err(StageFailure::own(format!("panicked: {}", panic_message(&panic)))));
+                    if result.is_err() {
+                        stage.reset();
+                    }
+                    let _ = context.reports.send(Report::Done { stage: index, result });
+                });
+            }
+            drop(tx);
+            coordinate(config, k, rx, plan, &stop)
+        });
+        match outcome {
+            Ok(epochs) => Ok(self.epoch_stats(&epochs, plan.batches.len())),
+            Err(message) => {
+                self.failed = true;
+                Err(TrainError::Strategy(message))
+            }
+        }
+    }
+
+    fn model(&self) -> Classifier<B> {
+        let device = self.stages[0].device();
+        let parts: Vec<Classifier<B>> = match self.failed {
+            true => self.snapshot.clone(),
+            false => self.stages.iter().map(|s| s.module().clone()).collect(),
+        };
+        Classifier::join(parts.into_iter().map(|m| m.fork(device)).collect())
+    }
+}
+
+/// Waits for the stages' reports, forwarding progress. The first stage to fail by itself (not
+/// because a neighbour stopped) names the error; when no stage reports for `timeout_seconds`,
+/// the run stops and the stages furthest behind are named.
+fn coordinate(config: &ModelParallelConfig, k: usize, reports: mpsc::Receiver<Report>, plan: &EpochPlan, stop: &AtomicBool) -> Result<Vec<StageEpoch>, String> {
+    let timeout = Duration::from_secs_f64(config.timeout_seconds);
+    let mut done: Vec<Option<StageEpoch>> = (0..k).map(|_| None).collect();
+    let mut steps = vec![0usize; k];
+    let mut failures: Vec<(usize, StageFailure)> = Vec::new();
+    let mut stalled: Option<String> = None;
+    let mut finished = 0;
+    while finished < k {
+        match reports.recv_timeout(timeout) {
+            Ok(Report::Step { stage, samples }) => {
+                steps[stage] += 1;
+                if stage + 1 == k {
+                    (plan.on_batch)(samples);
+                }
+            }
+            Ok(Report::Done { stage, result }) => {
+                finished += 1;
+                match result {
+                    Ok(epoch) => done[stage] = Some(epoch),
+                    Err(failure) => {
+                        stop.store(true, Ordering::SeqCst);
+                        failures.push((stage, failure));
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => break,
+            Err(RecvTimeoutError::Timeout) => {
+                let behind = steps.iter().copied().min().unwrap_or(0);
+                let laggards: Vec<usize> = (0..k).filter(|&s| done[s].is_none() && steps[s] == behind).collect();
+                stalled = Some(format!("stage(s) {laggards:?} made no progress for {} s (stuck at step {})", timeout.as_secs_f64(), behind + 1));
+                stop.store(true, Ordering::SeqCst);
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let cause = failures.iter().find(|(_, f)| !f.caused_elsewhere).or(failures.first());
+    match (stalled, cause) {
+        (Some(message), _) => Err(message),
+        (None, Some((stage, failure))) => {
+            Err(format!("stage {stage} failed at step {} of epoch {}: {}", steps[*stage] + 1, plan.epoch + 1, failure.message))
+        }
+        (None, None) => done.into_iter().enumerate().map(|(s, d)| d.ok_or(format!("stage {s} exited without a report"))).collect(),
+    }
+}
+
+impl<B: AutodiffBackend> ModelParallel<B> {
+    /// The stages' epochs as the strategy's figures: per stage time split and activations kept,
+    /// per boundary traffic per step, and the bubble against the ideal pipeline's.
+    fn epoch_stats(&self, epochs: &[StageEpoch], steps: usize) -> TrainStats {
+        let last = epochs.last().expect("at least one stage");
+        let seconds = |f: fn(&StageEpoch) -> Duration| epochs.iter().map(|e| f(e).as_secs_f64()).collect::<Vec<f64>>();
+        let bubble: Vec<f64> = epochs.iter().map(|e| e.idle.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).collect();
+        let per_step = |t: Traffic| json!({ "messages": t.messages as f64 / steps.max(1) as f64, "bytes": t.bytes as f64 / steps.max(1) as f64 });
+        let links: Vec<serde_json::Value> = (1..epochs.len())
+            .map(|s| json!({ "forward": per_step(epochs[s - 1].forward_traffic), "backward": per_step(epochs[s].backward_traffic) }))
+            .collect();
+        let bytes: u64 = epochs.iter().map(|e| e.forward_traffic.bytes + e.backward_traffic.bytes).sum();
+        let micro = self.config.schedule.micro_batches(self.config.micro_batches);
+        let extra = json!({
+            "stages": epochs.len(),
+            "cuts": self.cuts,
+            "schedule": self.config.schedule.name(),
+            "micro_batches": micro,
+            "interconnect": self.config.interconnect.name(),
+            "stage_parameters": self.stages.iter().map(|s| s.module().parameter_count()).collect::<Vec<_>>(),
+            "compute_seconds": seconds(|e| e.compute),
+            "transfer_seconds": seconds(|e| e.transfer),
+            "idle_seconds": seconds(|e| e.idle),
+            "bubble_fraction": bubble,
+            "bubble_fraction_mean": bubble.iter().sum::<f64>() / bubble.len() as f64,
+            "bubble_fraction_theory": theoretical_bubble(epochs.len(), micro),
+            "peak_live_activations": epochs.iter().map(|e| e.peak_live).collect::<Vec<_>>(),
+            "links_per_step": links,
+            "bytes_per_step": bytes as f64 / steps.max(1) as f64,
+        });
+        let extra = match extra {
+            serde_json::Value::Object(map) => map,
+            _ => unreachable!("json! of an object literal"),
+        };
+        TrainStats { loss: last.loss_sum / last.samples.max(1) as f64, samples: last.samples, steps, extra }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn balanced_cuts_minimise_the_slowest_stage() {
+        assert_eq!(balanced_cuts(&[1.0, 1.0, 1.0, 1.0], 2), vec![2]);
+        assert_eq!(balanced_cuts(&[10.0, 1.0, 1.0, 1.0], 2), vec![1]);
+        assert_eq!(balanced_cuts(&[1.0, 1.0, 1.0, 9.0], 2), vec![3]);
+        assert_eq!(balanced_cuts(&[3.0, 1.0, 1.0, 1.0, 3.0], 3), vec![1, 4]);
+        assert_eq!(balanced_cuts(&[1.0, 2.0], 2), vec![1]);
+        assert_eq!(balanced_cuts(&[5.0], 1), Vec::<usize>::new());
+        assert!(balanced_cuts(&[1.0, 2.0], 3).is_empty(), "more stages than blocks");
+    }
+
+    #[test]
+    fn labels_name_the_schedule_and_a_simulated_interconnect() {
+        let naive = ModelParallelConfig { schedule: Schedule::Naive, ..Default::default() };
+        assert_eq!(naive.label(), "model-parallel-2s-naive");
+        let slow = ModelParallelConfig { interconnect: Interconnect::Preset(crate::link::Preset::OneGbE), ..Default::default() };
+        assert_eq!(slow.label(), "model-parallel-2s-gpipe-8m-1gbe");
+        assert!(ModelParallelConfig { timeout_seconds: 0.0, ..Default::default() }.validate().is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! A pipeline stage: *what* runs on one device — a contiguous slice of the model's blocks, its
+//! optimizer, and the forward / backward pass of one micro-batch. When each pass runs is the
+//! schedule's business ([`crate::schedule`]).
+//!
+//! The autodiff graph is cut at every stage boundary: a stage's input is a fresh leaf
+//! (`require_grad`) holding the upstream stage's output values, and the upstream backward is
+//! seeded with `(output · received_gradient).sum()`, whose gradient with respect to `output` is
+//! exactly the received gradient. Chained, the stages compute the uncut model's gradients.
+
+use std::collections::HashMap;
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Bool, Int, Tensor};
+use tandem_models::{Activation, Classifier};
+use tandem_train::optim::{self, AnyOptimizer};
+use tandem_train::TrainConfig;
+
+/// What crosses a boundary: a plain (non-autodiff) activation or gradient.
+pub type Wire<B> = Activation<<B as AutodiffBackend>::InnerBackend>;
+
+/// Bytes a [`Wire`] value occupies on a link (4 per element: f32 features, i32 token ids).
+pub fn wire_bytes<B: AutodiffBackend>(value: &Wire<B>) -> usize {
+    value.num_elements() * 4
+}
+
+const HELD: &str = "a stage holds its module between optimizer steps";
+
+/// A micro-batch waiting for its backward pass.
+struct Pending<B: AutodiffBackend> {
+    /// The parameters this micro-batch's graph was built on (see [`fresh_leaves`]).
+    module: Classifier<B>,
+    /// The stage's input leaf (absent on the first stage, whose input is token ids).
+    input: Option<Activation<B>>,
+    /// What the backward pass starts from: the stage's output, or the loss on the last stage.
+    output: Output<B>,
+}
+
+enum Output<B: AutodiffBackend> {
+    Activation(Activation<B>),
+    Loss(Tensor<B, 1>),
+}
+
+/// One stage of a model-parallel pipeline.
+pub struct Stage<B: AutodiffBackend> {
+    /// `None` only while an optimizer step is in progress (or after it failed).
+    module: Option<Classifier<B>>,
+    optimizer: AnyOptimizer<Classifier<B>, B>,
+    device: B::Device,
+    pending: HashMap<usize, Pending<B>>,
+    grads: GradientsAccumulator<Classifier<B>>,
+}
+
+impl<B: AutodiffBackend> Stage<B> {
+    /// A stage computing `module` on `device`, with its own optimizer state.
+    pub fn new(module: Classifier<B>, train: &TrainConfig, device: B::Device) -> Self {
+        Self {
+            module: Some(module.fork(&device)),
+            optimizer: AnyOptimizer::new(train),
+            device,
+            pending: HashMap::new(),
+            grads: GradientsAccumulator::new(),
+        }
+    }
+
+    /// The device the stage computes on.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
+    /// The stage's blocks and parameters.
+    pub fn module(&self) -> &Classifier<B> {
+        self.module.as_ref().expect(HELD)
+    }
+
+    /// Forward pass of micro-batch `micro` on a stage that is not the last: `input` is the token
+    /// ids (first stage) or the upstream stage's output; returns the output to send on.
+    pub fn forward(&mut self, micro: usize, input: Wire<B>, mask_pad: &Tensor<B, 2, Bool>) -> Wire<B> {
+        let input = attach::<B>(input, &self.device);
+        let module = fresh_leaves(self.module());
+        let output = module.forward_activation(input.clone(), mask_pad);
+        let sent = detach::<B>(output.clone());
+        self.pending.insert(micro, Pending { module, input: trainable(input), output: Output::Activation(output) });
+        sent
+    }
+
+    /// Forward pass of micro-batch `micro` on the last stage, up to the loss. The loss is the
+    /// micro-batch's mean cross-entropy scaled by `weight` (its share of the global batch), so
+    /// that the micro-batches' gradients add up to the global batch's. Returns the unscaled loss.
+    pub fn forward_loss(&mut self, micro: usize, input: Wire<B>, mask_pad: &Tensor<B, 2, Bool>, labels: Tensor<B, 1, Int>, weight: f64) -> f64 {
+        let input = attach::<B>(input, &self.device);
+        let module = fresh_leaves(self.module());
+        let logits = module.forward_activation(input.clone(), mask_pad).into_features();
+        let loss = tandem_train::loss(logits, labels);
+        let value: f64 = burn::tensor::ElementConversion::elem(loss.clone().into_scalar());
+        self.pending.insert(micro, Pending { module, input: trainable(input), output: Output::Loss(loss.mul_scalar(weight)) });
+        value
+    }
+
+    /// Backward pass of micro-batch `micro`: `grad` is the gradient of the loss with respect to
+    /// this stage's output (`None` on the last stage). Accumulates the parameters' gradients and
+    /// returns the gradient with respect to the stage's input (`None` on the first stage).
+    pub fn backward(&mut self, micro: usize, grad: Option<Wire<B>>) -> Result<Option<Wire<B>>, String> {
+        let pending = self.pending.remove(&micro).ok_or_else(|| format!("backward of micro-batch {micro} before its forward"))?;
+        let seed = match (pending.output, grad) {
+            (Output::Loss(loss), None) => loss,
+            (Output::Activation(output), Some(grad)) => seed::<B>(output, attach_values::<B>(grad, &self.device)),
+            _ => return Err("a stage's backward got a gradient that does not match its place in the pipeline".into()),
+        };
+        let grads = seed.backward();
+        let input_grad = pending.input.as_ref().map(|input| input_gradient::<B>(input, &grads)).transpose()?;
+        let params = GradientsParams::from_grads(grads, &pending.module);
+        self.grads.accumulate(&pending.module, params);
+        Ok(input_grad)
+    }
+
+    /// Micro-batches whose backward pass is still due.
+    pub fn live(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Squared L2 norm of the gradients accumulated so far (for global-norm clipping).
+    pub fn squared_gradient_norm(&mut self) -> f64 {
+        let module = self.module.as_ref().expect(HELD);
+        let grads = self.grads.grads();
+        let norm = optim::gradient_norm(module, &grads);
+        self.grads.accumulate(module, grads);
+        norm * norm
+    }
+
+    /// Applies the accumulated gradients, multiplied by `scale` (global-norm clipping), with the
+    /// learning rate of optimizer step `step` of `total_steps`, and clears them.
+    pub fn step(&mut self, train: &TrainConfig, scale: f64, step: usize, total_steps: usize) {
+        let module = self.module.take().expect(HELD);
+        let mut grads = self.grads.grads();
+        if scale != 1.0 {
+            optim::scale_gradients(&module, &mut grads, scale);
+        }
+        let lr = optim::learning_rate(train, step, total_steps);
+        self.module = Some(self.optimizer.step(lr, module, grads));
+    }
+
+    /// Drops any half-finished micro-batches and gradients (after a failure elsewhere).
+    pub fn reset(&mut self) {
+        self.pending.clear();
+        self.grads.grads();
+    }
+}
+
+/// The stage's parameters as new autodiff leaves (same values, same parameter ids).
+///
+/// Each micro-batch's graph gets its own leaves, so graphs alive at the same time share no
+/// node. burn-autodiff 0.21 loses steps when several live graphs share parameter leaves that an
+/// optimizer step has replaced ("Node should have a step registered" on a later backward pass).
+fn fresh_leaves<B: AutodiffBackend>(module: &Classifier<B>) -> Classifier<B> {
+    struct Fresh;
+    impl<B: AutodiffBackend> ModuleMapper<B> for Fresh {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            param.map(|t| if t.is_require_grad() { t.detach().require_grad() } else { t })
+        }
+    }
+    module.clone().map(&mut Fresh)
+}
+
+/// The stage's input as an autodiff activation: token ids as they are, features as a fresh
+/// leaf that records its gradient (the cut in the graph).
+fn attach<B: AutodiffBackend>(value: Wire<B>, device: &B::Device) -> Activation<B> {
+    match attach_values::<B>(value, device) {
+        Activation::Sequence(t) => Activation::Sequence(t.require_grad()),
+        Activation::Features(t) => Activation::Features(t.require_grad()),
+        tokens => tokens,
+    }
+}
+
+/// A wire value on `device` as an autodiff activation that records nothing.
+fn attach_values<B: AutodiffBackend>(value: Wire<B>, device: &B::Device) -> Activation<B> {
+    match value.to_device(device) {
+        Activation::Tokens(t) => Activation::Tokens(Tensor::from_inner(t)),
+        Activation::Sequence(t) => Activation::Sequence(Tensor::from_inner(t)),
+        Activation::Features(t) => Activation::Features(Tensor::from_inner(t)),
+    }
+}
+
+/// The values of an autodiff activation, for sending.
+fn detach<B: AutodiffBackend>(value: Activation<B>) -> Wire<B> {
+    match value {
+        Activation::Tokens(t) => Activation::Tokens(t.inner()),
+        Activation::Sequence(t) => Activation::Sequence(t.inner()),
+        Activation::Features(t) => Activation::Features(t.inner()),
+    }
+}
+
+/// The input leaf whose gradient goes upstream, if the input is differentiable.
+fn trainable<B: AutodiffBackend>(input: Activation<B>) -> Option<Activation<B>> {
+    match input {
+        Activation::Tokens(_) => None,
+        features => Some(features),
+    }
+}
+
+/// `(output · grad).sum()`: its backward pass gives every upstream tensor the gradient it
+/// would have had in the uncut graph.
+fn seed<B: AutodiffBackend>(output: Activation<B>, grad: Activation<B>) -> Tensor<B, 1> {
+    match (output, grad) {
+        (Activation::Sequence(y), Activation::Sequence(g)) => (y * g).sum(),
+        (Activation::Features(y), Activation::Features(g)) => (y * g).sum(),
+        (y, g) => panic!("gradient of a {} for an output of a {}", g.kind(), y.kind()),
+    }
+}
+
+fn input_gradient<B: AutodiffBackend>(input: &Activation<B>, grads: &B::Gradients) -> Result<Wire<B>, String> {
+    let missing = || "the stage's input received no gradient".to_string();
+    Ok(match input {
+        Activation::Sequence(x) => Activation::Sequence(x.grad(grads).ok_or_else(missing)?),
+        Activation::Features(x) => Activation::Features(x.grad(grads).ok_or_else(missing)?),
+        Activation::Tokens(_) => return Err("token ids have no gradient".into()),
+    })
+}

@@ -1,0 +1,169 @@
+//! Model parallelism must compute what one device computes, whatever the cut and schedule.
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use burn::backend::{Autodiff, NdArray};
+use tandem_models::{Classifier, ModelConfig};
+use tandem_parallel::link::{link, Interconnect};
+use tandem_parallel::{Balance, ModelParallel, ModelParallelConfig, Schedule};
+use tandem_train::testing::{exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data};
+use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
+
+type B = Autodiff<NdArray>;
+
+/// The backend's seeded RNG is process-global: tests that seed it must not interleave.
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn mp_config(cuts: Vec<usize>, schedule: Schedule, micro_batches: usize) -> ModelParallelConfig {
+    ModelParallelConfig { stages: cuts.len() + 1, cuts: Some(cuts), schedule, micro_batches, ..Default::default() }
+}
+
+/// All stages on the CPU device.
+fn model_parallel(model: Classifier<B>, config: &ModelParallelConfig, train: &TrainConfig) -> ModelParallel<B> {
+    let (data, _, _) = toy_data();
+    ModelParallel::new(model, train, config, vec![Default::default(); config.stages], &data).unwrap()
+}
+
+#[test]
+fn every_schedule_and_cut_matches_sequential_for_every_architecture() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    for config in small_models() {
+        let mut sequential = Sequential::new(initial_model::<B>(&config, vocab_size), &train, Default::default());
+        let expected = one_epoch(&mut sequential, &data, &train);
+        let reference = sequential.model().parameter_values();
+        let blocks = initial_model::<B>(&config, vocab_size).num_blocks();
+        let name = config.architecture().name();
+        let cuts: Vec<Vec<usize>> = (2..=3.min(blocks)).map(|k| (1..k).map(|s| s * blocks / k).collect()).collect();
+        for cuts in cuts {
+            // 5 micro-batches of a batch of 12 are uneven (3, 3, 2, 2, 2); the last batch of 4 has 4.
+            for (schedule, micro) in [(Schedule::Naive, 1), (Schedule::GPipe, 5), (Schedule::OneFOneB, 5)] {
+                let mut parallel = model_parallel(initial_model(&config, vocab_size), &mp_config(cuts.clone(), schedule, micro), &train);
+                let got = one_epoch(&mut parallel, &data, &train);
+                let diff = relative_difference(&parallel.model().parameter_values(), &reference);
+                assert!(diff <= 1e-5, "{name}, cuts {cuts:?}, {schedule:?}: parameters differ by {diff:e} (relative)");
+                assert!((got.loss - expected.loss).abs() <= 1e-5 * expected.loss, "{name} {schedule:?}: loss {} vs {}", got.loss, expected.loss);
+                assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once per epoch");
+            }
+        }
+    }
+}
+
+#[test]
+fn links_count_the_bytes_of_every_activation_and_gradient() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let cnn = &small_models()[0];
+    // Cut after the embedding: each sample sends a [10 tokens × 16] f32 sequence forward and its
+    // gradient back.
+    let mut parallel = model_parallel(initial_model(cnn, vocab_size), &mp_config(vec![1], Schedule::GPipe, 3), &train);
+    let stats = one_epoch(&mut parallel, &data, &train);
+    let link = &stats.extra["links_per_step"][0];
+    let per_epoch = |direction: &str, what: &str| link[direction][what].as_f64().unwrap() * stats.steps as f64;
+    let bytes = (data.len() * 10 * 16 * 4) as f64;
+    assert!((per_epoch("forward", "bytes") - bytes).abs() < 1e-6 * bytes);
+    assert!((per_epoch("backward", "bytes") - bytes).abs() < 1e-6 * bytes);
+    // 13 batches of 3 micro-batches and a last one (4 samples) of 3.
+    assert!((per_epoch("forward", "messages") - 42.0).abs() < 1e-9);
+    assert!((per_epoch("backward", "messages") - 42.0).abs() < 1e-9);
+    assert_eq!(stats.extra["cuts"], serde_json::json!([1]));
+}
+
+#[test]
+fn a_simulated_link_delays_each_message_by_its_size_over_the_bandwidth() {
+    // 10 MB/s: 1 MB takes 100 ms; a second message queues behind the first.
+    let (mut tx, rx) = link::<Vec<u8>>(Interconnect::Custom { latency_us: 0.0, bandwidth_gb_s: 0.01 });
+    let stop = AtomicBool::new(false);
+    let sent = Instant::now();
+    tx.send(vec![0; 10], 1_000_000).unwrap();
+    tx.send(vec![0; 10], 1_000_000).unwrap();
+    rx.recv(Duration::from_secs(5), &stop).unwrap();
+    let first = sent.elapsed().as_secs_f64();
+    rx.recv(Duration::from_secs(5), &stop).unwrap();
+    let second = sent.elapsed().as_secs_f64();
+    assert!((0.08..=0.12).contains(&first), "first message after {first} s, expected 0.1 s");
+    assert!((0.16..=0.24).contains(&second), "second message after {second} s, expected 0.2 s");
+    assert_eq!(rx.traffic().bytes, 2_000_000);
+}
+
+#[test]
+fn one_f_one_b_keeps_fewer_activations_than_gpipe_and_bubbles_are_reported() {
+    let _serial = serial();
+    let (data, holdout, vocab_size) = toy_data();
+    let train_cfg = TrainConfig { epochs: 2, ..exact_train_config() };
+    let gru = &small_models()[2];
+    let run = |schedule| {
+        let mut parallel = model_parallel(initial_model(gru, vocab_size), &mp_config(vec![1], schedule, 4), &train_cfg);
+        let records = train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[1].holdout.confusion.total(), holdout.len() as u64, "every holdout sample evaluated once");
+        records[1].extra.clone()
+    };
+    let (gpipe, one_f_one_b) = (run(Schedule::GPipe), run(Schedule::OneFOneB));
+    assert_eq!(gpipe["peak_live_activations"], serde_json::json!([4, 4]));
+    assert_eq!(one_f_one_b["peak_live_activations"], serde_json::json!([2, 1]));
+    assert_eq!(gpipe["bubble_fraction_theory"].as_f64(), Some(1.0 / 5.0));
+    for extra in [&gpipe, &one_f_one_b] {
+        for key in ["bubble_fraction", "compute_seconds", "idle_seconds", "transfer_seconds"] {
+            let values = extra[key].as_array().unwrap();
+            assert_eq!(values.len(), 2, "{key}");
+            assert!(values.iter().all(|v| (0.0..1e4).contains(&v.as_f64().unwrap())), "{key}: {values:?}");
+        }
+    }
+}
+
+#[test]
+fn automatic_balance_picks_legal_cuts_and_bad_settings_are_refused() {
+    let _serial = serial();
+    let (_, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let transformer = &small_models()[3];
+    for balance in [Balance::Params, Balance::Time] {
+        let config = ModelParallelConfig { stages: 3, balance, ..Default::default() };
+        let parallel = model_parallel(initial_model(transformer, vocab_size), &config, &train);
+        let cuts = parallel.cuts();
+        assert_eq!(cuts.len(), 2, "{balance:?}");
+        assert!(cuts[0] >= 1 && cuts[0] < cuts[1], "{balance:?}: {cuts:?}");
+    }
+    // By parameters, the embedding and the encoder layer (the two heaviest blocks) are split.
+    let by_params = model_parallel(initial_model(transformer, vocab_size), &ModelParallelConfig { balance: Balance::Params, ..Default::default() }, &train);
+    assert_eq!(by_params.cuts(), &[1]);
+
+    let (data, _, _) = toy_data();
+    let build = |config: ModelParallelConfig| {
+        let devices = vec![Default::default(); config.stages];
+        ModelParallel::<B>::new(initial_model(transformer, vocab_size), &train, &config, devices, &data).err().unwrap_or_default()
+    };
+    assert!(build(ModelParallelConfig { stages: 3, cuts: Some(vec![1]), ..Default::default() }).contains("`cuts`"));
+    assert!(build(ModelParallelConfig { stages: 2, cuts: Some(vec![7]), ..Default::default() }).contains("cut point 7"));
+    assert!(build(ModelParallelConfig { stages: 9, ..Default::default() }).contains("9 stages"));
+    assert!(build(ModelParallelConfig { micro_batches: 0, ..Default::default() }).contains("micro_batches"));
+}
+
+#[test]
+fn a_failing_stage_stops_the_run_with_its_name_instead_of_hanging() {
+    let _serial = serial();
+    let (mut data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let config: &ModelConfig = &small_models()[2];
+    let mut parallel = model_parallel(initial_model(config, vocab_size), &mp_config(vec![1], Schedule::OneFOneB, 4), &train);
+    // A token id outside the vocabulary in the third batch: the embedding (stage 0) fails.
+    let order: Vec<usize> = (0..data.len()).collect();
+    data.tokens[(2 * 12 + 7) * data.max_len] = (vocab_size + 1000) as u32;
+    let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
+    let plan = EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, on_batch: &|_| {} };
+    let started = Instant::now();
+    let error = parallel.train_epoch(&plan).expect_err("a stage failed").to_string();
+    assert!(error.contains("stage 0 failed at step 3"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // The parameters of before the failed epoch are still there, whole.
+    let before = initial_model::<B>(config, vocab_size).parameter_values();
+    assert_eq!(parallel.model().parameter_values(), before);
+}
