@@ -50,8 +50,8 @@ impl DataParallelConfig {
         if !(self.bucket_mb > 0.0 && self.bucket_mb.is_finite()) {
             return Err(format!("`bucket_mb` must be positive, got {}", self.bucket_mb));
         }
-        if !(self.timeout_seconds > 0.0 && self.timeout_seconds.is_finite()) {
-            return Err(format!("`timeout_seconds` must be positive, got {}", self.timeout_seconds));
+        if !(self.timeout_seconds > 0.0 && self.timeout_seconds <= 1e6) {
+            return Err(format!("`timeout_seconds` must be in (0, 1e6], got {}", self.timeout_seconds));
         }
         Ok(())
     }

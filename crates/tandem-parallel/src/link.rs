@@ -68,11 +68,11 @@ impl Interconnect {
     /// Checks values serde cannot; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         if let Self::Custom { latency_us, bandwidth_gb_s } = *self {
-            if !(latency_us >= 0.0 && latency_us.is_finite()) {
-                return Err(format!("`interconnect.latency_us` must be zero or positive, got {latency_us}"));
+            if !(0.0..=1e9).contains(&latency_us) {
+                return Err(format!("`interconnect.latency_us` must be between 0 and 1e9 (1,000 s), got {latency_us}"));
             }
-            if !(bandwidth_gb_s > 0.0 && bandwidth_gb_s.is_finite()) {
-                return Err(format!("`interconnect.bandwidth_gb_s` must be positive, got {bandwidth_gb_s}"));
+            if !(1e-6..=1e6).contains(&bandwidth_gb_s) {
+                return Err(format!("`interconnect.bandwidth_gb_s` must be between 1e-6 (1 kB/s) and 1e6, got {bandwidth_gb_s}"));
             }
         }
         Ok(())
@@ -164,25 +164,52 @@ impl<T> LinkSender<T> {
 /// How often a waiting receiver checks whether the run was stopped.
 const POLL: Duration = Duration::from_millis(20);
 
+/// Why a receive returned no message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecvError {
+    /// `stop` was raised.
+    Stopped,
+    /// The sending end is gone (its stage stopped).
+    Disconnected,
+    /// Nothing was sent within the timeout.
+    Timeout(Duration),
+    /// A message was sent but the simulated interconnect did not deliver it within the timeout.
+    Undelivered(Duration),
+}
+
+impl std::fmt::Display for RecvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Stopped => write!(f, "stopped"),
+            Self::Disconnected => write!(f, "the sending stage has stopped"),
+            Self::Timeout(t) => write!(f, "no message for {} s", t.as_secs_f64()),
+            Self::Undelivered(t) => write!(f, "a message took over {} s on the simulated interconnect", t.as_secs_f64()),
+        }
+    }
+}
+
 impl<T> LinkReceiver<T> {
-    /// Waits for the next message, at most `timeout`, returning early with an error if `stop`
-    /// is raised or the sender has gone.
-    pub fn recv(&self, timeout: Duration, stop: &AtomicBool) -> Result<(T, Wait), String> {
+    /// Waits for the next message to be delivered, at most `timeout` in all, returning early if
+    /// `stop` is raised or the sender has gone.
+    pub fn recv(&self, timeout: Duration, stop: &AtomicBool) -> Result<(T, Wait), RecvError> {
         let started = Instant::now();
+        let deadline = started + timeout;
+        let check = |late: RecvError| match () {
+            _ if stop.load(Ordering::SeqCst) => Err(RecvError::Stopped),
+            _ if Instant::now() >= deadline => Err(late),
+            _ => Ok(()),
+        };
         let envelope = loop {
             match self.channel.recv_timeout(POLL) {
                 Ok(envelope) => break envelope,
-                Err(RecvTimeoutError::Disconnected) => return Err("the sending stage has stopped".into()),
-                Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => return Err("stopped".into()),
-                Err(RecvTimeoutError::Timeout) if started.elapsed() >= timeout => {
-                    return Err(format!("no message for {} s", timeout.as_secs_f64()))
-                }
-                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(RecvError::Disconnected),
+                Err(RecvTimeoutError::Timeout) => check(RecvError::Timeout(timeout))?,
             }
         };
         let received = Instant::now();
-        if envelope.arrives > received {
-            std::thread::sleep(envelope.arrives - received);
+        while let Some(left) = envelope.arrives.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+            check(RecvError::Undelivered(timeout))?;
+            std::thread::sleep(left.min(POLL));
         }
         let wait = Wait { idle: received - started, transfer: Instant::now() - received };
         Ok((envelope.value, wait))
@@ -227,11 +254,20 @@ mod tests {
     fn a_silent_or_vanished_sender_is_an_error_not_a_hang() {
         let (tx, rx) = link::<u32>(Interconnect::default());
         let stop = AtomicBool::new(false);
-        let err = rx.recv(Duration::from_millis(50), &stop).unwrap_err();
-        assert!(err.contains("no message"), "{err}");
+        assert_eq!(rx.recv(Duration::from_millis(50), &stop).unwrap_err(), RecvError::Timeout(Duration::from_millis(50)));
         stop.store(true, Ordering::SeqCst);
-        assert_eq!(rx.recv(Duration::from_secs(60), &stop).unwrap_err(), "stopped");
+        assert_eq!(rx.recv(Duration::from_secs(60), &stop).unwrap_err(), RecvError::Stopped);
         drop(tx);
-        assert!(rx.recv(Duration::from_secs(60), &AtomicBool::new(false)).unwrap_err().contains("stopped"));
+        assert_eq!(rx.recv(Duration::from_secs(60), &AtomicBool::new(false)).unwrap_err(), RecvError::Disconnected);
+    }
+
+    #[test]
+    fn a_message_still_on_a_slow_wire_does_not_delay_a_stop() {
+        // 1 kB/s: 1 MB would take 1,000 s to arrive.
+        let (mut tx, rx) = link::<u32>(Interconnect::Custom { latency_us: 0.0, bandwidth_gb_s: 1e-6 });
+        tx.send(1, 1_000_000).unwrap();
+        let started = Instant::now();
+        assert_eq!(rx.recv(Duration::from_millis(100), &AtomicBool::new(false)).unwrap_err(), RecvError::Undelivered(Duration::from_millis(100)));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -17,7 +17,7 @@ use tandem_models::{Activation, Classifier};
 use tandem_train::optim::clip_factor;
 use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
-use crate::link::{link, Interconnect, LinkReceiver, LinkSender, Traffic};
+use crate::link::{link, Interconnect, LinkReceiver, LinkSender, RecvError, Traffic};
 use crate::schedule::{theoretical_bubble, Action, Schedule};
 use crate::shard::shard_ranges;
 use crate::stage::{wire_bytes, Stage, Wire};
@@ -81,15 +81,22 @@ impl ModelParallelConfig {
                 return Err(format!("`cuts` {cuts:?} make {} stages but `stages` is {}", cuts.len() + 1, self.stages));
             }
         }
-        if !(self.timeout_seconds > 0.0 && self.timeout_seconds.is_finite()) {
-            return Err(format!("`timeout_seconds` must be positive, got {}", self.timeout_seconds));
+        if !(self.timeout_seconds > 0.0 && self.timeout_seconds <= 1e6) {
+            return Err(format!("`timeout_seconds` must be in (0, 1e6], got {}", self.timeout_seconds));
         }
         self.interconnect.validate()
     }
 
-    /// Short label for run names, e.g. `model-parallel-2s-gpipe-8m` or `model-parallel-2s-naive-1gbe`.
+    /// Short label for run names, e.g. `model-parallel-2s-gpipe-8m`, `model-parallel-2s-naive-1gbe`
+    /// or `model-parallel-3s-cuts1-3-1f1b-4m`.
     pub fn label(&self) -> String {
-        let mut label = format!("model-parallel-{}s-{}", self.stages, self.schedule.name());
+        let mut label = format!("model-parallel-{}s", self.stages);
+        match (&self.cuts, self.balance) {
+            (Some(cuts), _) => label += &format!("-cuts{}", cuts.iter().map(usize::to_string).collect::<Vec<_>>().join("-")),
+            (None, Balance::Params) => label += "-params",
+            (None, Balance::Time) => {}
+        }
+        label += &format!("-{}", self.schedule.name());
         if self.schedule != Schedule::Naive {
             label += &format!("-{}m", self.micro_batches);
         }
@@ -140,20 +147,26 @@ pub fn profile_blocks<B: AutodiffBackend>(model: &Classifier<B>, train: &TrainCo
         let batch = data.batch::<B>(&indices, device);
         let mut elapsed = vec![Duration::ZERO; n];
         let mut x = Activation::Tokens(batch.tokens.inner());
+        // On a GPU, work is queued: wait for it before every clock reading.
+        let sync = || B::sync(device).map_err(|e| format!("profiling the blocks: {e:?}"));
         for (i, stage) in stages.iter_mut().enumerate() {
+            sync()?;
             let started = Instant::now();
             if i + 1 == n {
                 stage.forward_loss(0, x.clone(), &batch.mask_pad, batch.labels.clone(), 1.0);
             } else {
                 x = stage.forward(0, x, &batch.mask_pad);
             }
+            sync()?;
             elapsed[i] += started.elapsed();
         }
         let mut grad = None;
         for (i, stage) in stages.iter_mut().enumerate().rev() {
+            sync()?;
             let started = Instant::now();
             grad = stage.backward(0, grad)?;
             stage.step(train, 1.0, 0, 1);
+            sync()?;
             elapsed[i] += started.elapsed();
         }
         // The first repetition warms up (allocations, caches) and is not counted.
@@ -181,18 +194,20 @@ enum Report {
     Done { stage: usize, result: Result<StageEpoch, StageFailure> },
 }
 
-/// Why a stage stopped: its own fault, or a consequence of another stage stopping.
+/// Why a stage stopped: its own fault, or a consequence of another stage stopping or stalling.
 struct StageFailure {
     message: String,
     caused_elsewhere: bool,
+    /// The neighbour this stage waited for in vain (a timeout).
+    waited_for: Option<usize>,
 }
 
 impl StageFailure {
     fn own(message: impl Into<String>) -> Self {
-        Self { message: message.into(), caused_elsewhere: false }
+        Self { message: message.into(), caused_elsewhere: false, waited_for: None }
     }
     fn elsewhere(message: impl Into<String>) -> Self {
-        Self { message: message.into(), caused_elsewhere: true }
+        Self { message: message.into(), caused_elsewhere: true, waited_for: None }
     }
 }
 
@@ -317,10 +332,13 @@ impl<'a> StageContext<'a> {
         Duration::from_secs_f64(self.config.timeout_seconds)
     }
 
-    /// Receives the message for (`batch`, `micro`) on `link`, adding the wait to `epoch`.
-    fn receive<B: AutodiffBackend>(&self, link: &Option<LinkReceiver<Message<B>>>, batch: usize, micro: usize, epoch: &mut StageEpoch) -> Result<Wire<B>, StageFailure> {
+    /// Receives the message for (`batch`, `micro`) from stage `peer` on `link`, adding the wait to `epoch`.
+    fn receive<B: AutodiffBackend>(&self, link: &Option<LinkReceiver<Message<B>>>, peer: usize, batch: usize, micro: usize, epoch: &mut StageEpoch) -> Result<Wire<B>, StageFailure> {
         let link = link.as_ref().ok_or_else(|| StageFailure::own("receive on a link that does not exist"))?;
-        let ((b, m, value), wait) = link.recv(self.timeout(), self.stop).map_err(StageFailure::elsewhere)?;
+        let ((b, m, value), wait) = link.recv(self.timeout(), self.stop).map_err(|e| StageFailure {
+            waited_for: matches!(e, RecvError::Timeout(_)).then_some(peer),
+            ..StageFailure::elsewhere(format!("{e} from stage {peer}"))
+        })?;
         epoch.idle += wait.idle;
         epoch.transfer += wait.transfer;
         if (b, m) != (batch, micro) {
@@ -347,12 +365,15 @@ impl<'a> StageContext<'a> {
             let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(indices.len()).max(1);
             let ranges = shard_ranges(indices.len(), micro);
             for action in self.config.schedule.actions(self.index, self.stages, micro) {
+                if self.stop.load(Ordering::SeqCst) {
+                    return Err(StageFailure::elsewhere("stopped"));
+                }
                 match action {
                     Action::Forward(m) => {
                         let rows = &indices[ranges[m].clone()];
                         let input = match self.index {
                             0 => None,
-                            _ => Some(self.receive::<B>(&ends.from_previous, b, m, &mut epoch)?),
+                            _ => Some(self.receive::<B>(&ends.from_previous, self.index - 1, b, m, &mut epoch)?),
                         };
                         let computing = Instant::now();
                         let batch = self.plan.data.batch::<B>(rows, stage.device());
@@ -374,7 +395,7 @@ impl<'a> StageContext<'a> {
                     Action::Backward(m) => {
                         let grad = match last {
                             true => None,
-                            false => Some(self.receive::<B>(&ends.from_next, b, m, &mut epoch)?),
+                            false => Some(self.receive::<B>(&ends.from_next, self.index + 1, b, m, &mut epoch)?),
                         };
                         let computing = Instant::now();
                         let input_grad = stage.backward(m, grad).map_err(StageFailure::own)?;
@@ -514,14 +535,27 @@ fn coordinate(config: &ModelParallelConfig, k: usize, reports: mpsc::Receiver<Re
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
-    let cause = failures.iter().find(|(_, f)| !f.caused_elsewhere).or(failures.first());
-    match (stalled, cause) {
-        (Some(message), _) => Err(message),
-        (None, Some((stage, failure))) => {
-            Err(format!("stage {stage} failed at step {} of epoch {}: {}", steps[*stage] + 1, plan.epoch + 1, failure.message))
-        }
-        (None, None) => done.into_iter().enumerate().map(|(s, d)| d.ok_or(format!("stage {s} exited without a report"))).collect(),
+    let failed = |(stage, failure): &(usize, StageFailure)| {
+        format!("stage {stage} failed at step {} of epoch {}: {}", steps[*stage] + 1, plan.epoch + 1, failure.message)
+    };
+    if let Some(own) = failures.iter().find(|(_, f)| !f.caused_elsewhere) {
+        return Err(failed(own));
     }
+    if let Some(message) = stalled {
+        return Err(message);
+    }
+    if let Some((waiter, peer)) = failures.iter().find_map(|(waiter, f)| f.waited_for.map(|peer| (*waiter, peer))) {
+        return Err(format!(
+            "stage {peer} made no progress for {} s (stuck at step {} of epoch {}; stage {waiter} was waiting for it)",
+            timeout.as_secs_f64(),
+            steps[peer] + 1,
+            plan.epoch + 1
+        ));
+    }
+    if let Some(first) = failures.first() {
+        return Err(failed(first));
+    }
+    done.into_iter().enumerate().map(|(s, d)| d.ok_or(format!("stage {s} exited without a report"))).collect()
 }
 
 impl<B: AutodiffBackend> ModelParallel<B> {
@@ -536,7 +570,8 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             .map(|s| json!({ "forward": per_step(epochs[s - 1].forward_traffic), "backward": per_step(epochs[s].backward_traffic) }))
             .collect();
         let bytes: u64 = epochs.iter().map(|e| e.forward_traffic.bytes + e.backward_traffic.bytes).sum();
-        let micro = self.config.schedule.micro_batches(self.config.micro_batches);
+        // As run: a batch smaller than `micro_batches` runs one micro-batch per sample.
+        let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(self.train.batch_size);
         let extra = json!({
             "stages": epochs.len(),
             "cuts": self.cuts,
@@ -581,6 +616,8 @@ mod tests {
     fn labels_name_the_schedule_and_a_simulated_interconnect() {
         let naive = ModelParallelConfig { schedule: Schedule::Naive, ..Default::default() };
         assert_eq!(naive.label(), "model-parallel-2s-naive");
+        let cut = ModelParallelConfig { stages: 3, cuts: Some(vec![1, 3]), schedule: Schedule::OneFOneB, micro_batches: 4, ..Default::default() };
+        assert_eq!(cut.label(), "model-parallel-3s-cuts1-3-1f1b-4m");
         let slow = ModelParallelConfig { interconnect: Interconnect::Preset(crate::link::Preset::OneGbE), ..Default::default() };
         assert_eq!(slow.label(), "model-parallel-2s-gpipe-8m-1gbe");
         assert!(ModelParallelConfig { timeout_seconds: 0.0, ..Default::default() }.validate().is_err());
