@@ -24,7 +24,7 @@ fn main() {
     let data = data();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("model-parallel training throughput, Flex, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}, {steps} steps, 2 stages × 1 core, {micro} micro-batches; {cores} cores here)\n");
-    println!("| architecture | cut (blocks) | sequential 1 core at batch {BATCH} | at batch {} | naive | GPipe | 1F1B | speedup naive / GPipe / 1F1B vs sequential | bubble naive / GPipe / 1F1B (theory {:.0} % / {:.0} %) | GPipe over 1 GbE | bytes per step |", BATCH / micro, 50.0, 100.0 * tandem_parallel::theoretical_bubble(2, micro));
+    println!("| architecture | cut (blocks) | sequential 1 core at batch {BATCH} | at batch {} | naive | GPipe | 1F1B | speedup naive / GPipe / 1F1B vs sequential | idle per stage, naive / GPipe / 1F1B (theory, mean {:.0} % / {:.0} %) | GPipe over 1 GbE | bytes per step |", BATCH / micro, 50.0, 100.0 * tandem_parallel::theoretical_bubble(2, micro));
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for arch in archs {
         let parallel = |schedule, interconnect| {
@@ -40,9 +40,13 @@ fn main() {
         let (gpipe, gpipe_stats, _) = parallel(Schedule::GPipe, none);
         let (one_f_one_b, one_f_one_b_stats, _) = parallel(Schedule::OneFOneB, none);
         let (slow, _, _) = parallel(Schedule::GPipe, Interconnect::Preset(Preset::OneGbE));
-        let bubble = |s: &TrainStats| 100.0 * s.extra["bubble_fraction_mean"].as_f64().unwrap_or(f64::NAN);
+        // Per stage: in the naive schedule the stages' idle shares show the balance of the cut.
+        let bubble = |s: &TrainStats| {
+            let stages = s.extra["bubble_fraction"].as_array().cloned().unwrap_or_default();
+            stages.iter().map(|b| format!("{:.0}", 100.0 * b.as_f64().unwrap_or(f64::NAN))).collect::<Vec<_>>().join("/")
+        };
         println!(
-            "| {} | {cuts:?} | {seq:.0} | {micro_seq:.0} | {naive:.0} | {gpipe:.0} | {one_f_one_b:.0} | {:.2}× / **{:.2}×** / **{:.2}×** | {:.0} % / {:.0} % / {:.0} % | {slow:.0} ({:.2}×) | {:.2} MB |",
+            "| {} | {cuts:?} | {seq:.0} | {micro_seq:.0} | {naive:.0} | {gpipe:.0} | {one_f_one_b:.0} | {:.2}× / **{:.2}×** / **{:.2}×** | {} / {} / {} % | {slow:.0} ({:.2}×) | {:.2} MB |",
             arch.name(),
             naive / seq,
             gpipe / seq,
