@@ -300,9 +300,6 @@ impl<B: AutodiffBackend> ModelParallel<B> {
                 balanced_cuts(&costs, config.stages)
             }
         };
-        if cuts.len() + 1 != config.stages {
-            return Err(format!("cannot cut a model of {} blocks into {} stages", model.num_blocks(), config.stages));
-        }
         let modules = model.split(&cuts).map_err(|e| format!("`cuts`: {e}"))?;
         let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
         let snapshot = stages.iter().map(|s| s.module().clone()).collect();
