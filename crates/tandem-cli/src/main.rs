@@ -29,6 +29,15 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
+    /// Write a Markdown + HTML report with SVG plots from results folders
+    /// (results roots, experiment folders or single runs).
+    Report {
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+        /// Folder for report.md, report.html and the plots.
+        #[arg(long, default_value = "report")]
+        out: PathBuf,
+    },
     /// Check a manifest without running it.
     Validate { manifest: PathBuf },
     /// List the backends compiled into this build and the architectures.
@@ -85,6 +94,18 @@ fn dispatch(command: Command) -> Result<(), String> {
             eprintln!("{} runs finished; results in {}", summaries.len(), options.out.join(&manifest.experiment.name).display());
             Ok(())
         }
+        Command::Report { results, out } => {
+            let files = tandem_report::write_report(&results, &out).map_err(|e| e.to_string())?;
+            println!(
+                "{} finished runs reported ({} did not finish) → {} ({} plots), {}",
+                files.finished,
+                files.not_finished,
+                files.markdown.display(),
+                files.plots.len(),
+                files.html.display()
+            );
+            Ok(())
+        }
         Command::Validate { manifest: path } => {
             let manifest = Manifest::load(&path).map_err(|e| e.to_string())?;
             let runs = manifest.models.len() * manifest.strategies.len() * manifest.experiment.seeds.len();
@@ -116,6 +137,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             println!("  sequential      one model on one device");
             println!("  data-parallel   replicas on several devices, gradients averaged by all-reduce");
             println!("  model-parallel  stages on several devices; schedules naive, gpipe, 1f1b");
+            println!("  predictive-sync model parallel that skips most exchanges, predicting each stage's parameters");
             Ok(())
         }
         Command::Data { command: DataCommand::Fetch { dir, url } } => fetch(dir, &url),

@@ -49,3 +49,51 @@ fn data_check_reports_a_missing_directory() {
     assert!(!ok);
     assert!(stderr.contains("/no/such/dir"), "{stderr}");
 }
+
+/// `$TANDEM_DATA_DIR` (relative to the workspace root) or `../shared/datasets/ag_news`, if it holds the data.
+fn data_dir() -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = match std::env::var_os("TANDEM_DATA_DIR") {
+        Some(d) if std::path::Path::new(&d).is_absolute() => d.into(),
+        Some(d) => root.join(d),
+        None => root.join("../shared/datasets/ag_news"),
+    };
+    dir.join("test.csv").exists().then_some(dir)
+}
+
+#[test]
+fn report_summarises_a_real_run_and_refuses_a_folder_without_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, stderr) = tandem(&["report", dir.path().to_str().unwrap()]);
+    assert!(!ok);
+    assert!(stderr.contains("no runs under"), "{stderr}");
+
+    let Some(data) = data_dir() else {
+        eprintln!("AG News not found: skipping the end-to-end report");
+        return;
+    };
+    let manifest = dir.path().join("tiny.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[experiment]\nname = \"tiny\"\nseeds = [1, 2]\nbackend = \"ndarray\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 128\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = 2\nbatch_size = 32\n\n[[strategies]]\nkind = \"sequential\"\n\n[[strategies]]\nkind = \"data-parallel\"\nreplicas = 2\n\n[[models]]\nname = \"cnn\"\narchitecture = \"cnn\"\nembedding_dim = 8\nfilters = 4\nkernel_widths = [2]\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let results = dir.path().join("results");
+    let (ok, _, stderr) = tandem(&["run", manifest.to_str().unwrap(), "--offline", "--out", results.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let out = dir.path().join("report");
+    let (ok, stdout, stderr) = tandem(&["report", results.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("4 finished runs reported (0 did not finish)"), "{stdout}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| cnn | sequential |") && md.contains("| cnn | data-parallel-2x-tree |"), "{md}");
+    assert!(md.contains("Machine: ") && md.contains("Backend: ndarray"), "{md}");
+    assert!(md.contains("### Communication"), "{md}");
+    for plot in ["speedup.svg", "accuracy-time.svg", "communication-accuracy.svg", "report.html"] {
+        assert!(out.join(plot).is_file(), "{plot} missing");
+    }
+    assert!(!out.join("stage-time.svg").exists(), "no model-parallel run, no stage plot");
+}

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use tandem_data::VocabConfig;
 use tandem_models::{InputSpec, ModelConfig};
 use tandem_parallel::{DataParallelConfig, ModelParallelConfig};
+use tandem_sync::PredictiveSyncConfig;
 use tandem_train::TrainConfig;
 
 use crate::backend::{BackendKind, DeviceSpec};
@@ -95,6 +96,8 @@ pub enum StrategyConfig {
     DataParallel(DataParallelConfig),
     /// The model cut into stages on several devices, run by a pipeline schedule.
     ModelParallel(ModelParallelConfig),
+    /// Model parallelism whose stages skip most exchanges, predicting their parameters instead.
+    PredictiveSync(PredictiveSyncConfig),
 }
 
 impl Default for StrategyConfig {
@@ -119,6 +122,7 @@ impl StrategyConfig {
             Self::Sequential(_) => "sequential",
             Self::DataParallel(_) => "data-parallel",
             Self::ModelParallel(_) => "model-parallel",
+            Self::PredictiveSync(_) => "predictive-sync",
         }
     }
 
@@ -129,6 +133,7 @@ impl StrategyConfig {
             Self::Sequential(SequentialConfig { threads: Some(t) }) => format!("sequential-{t}t"),
             Self::DataParallel(c) => c.label(),
             Self::ModelParallel(c) => c.label(),
+            Self::PredictiveSync(c) => c.label(),
         }
     }
 
@@ -146,6 +151,7 @@ impl StrategyConfig {
             Self::Sequential(_) => 1,
             Self::DataParallel(c) => c.replicas,
             Self::ModelParallel(c) => c.stages,
+            Self::PredictiveSync(c) => c.model_parallel.stages,
         }
     }
 
@@ -155,6 +161,7 @@ impl StrategyConfig {
             Self::Sequential(_) => Ok(()),
             Self::DataParallel(c) => c.validate(),
             Self::ModelParallel(c) => c.validate(),
+            Self::PredictiveSync(c) => c.validate(),
         }
     }
 }

@@ -63,6 +63,9 @@ pub struct RunSummary {
     pub strategy: String,
     pub backend: String,
     pub devices: Vec<String>,
+    /// The machine that ran it (see [`machine_description`]); empty in results older than the field.
+    #[serde(default)]
+    pub machine: String,
     /// Compute threads per device.
     pub threads_per_device: usize,
     pub seed: u64,
@@ -113,6 +116,22 @@ impl RunSummary {
             self.best_accuracy = Some(best.holdout.accuracy);
         }
     }
+}
+
+/// This machine in one line: CPU model, logical cores, OS and architecture,
+/// e.g. "Intel(R) Xeon(R) Platinum 8480C, 2 logical cores, linux x86_64".
+pub fn machine_description() -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cpu}, {cores} logical cores, {} {}", std::env::consts::OS, std::env::consts::ARCH)
 }
 
 /// A UTC timestamp for folder names and records: `2026-11-30T15:04:05Z`.

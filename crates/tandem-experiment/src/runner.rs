@@ -168,6 +168,7 @@ fn run_one(
         strategy: strategy.label(),
         backend: backend.name().into(),
         devices: outcome.devices,
+        machine: results::machine_description(),
         threads_per_device: threads,
         seed,
         data: data.splits_description.clone(),
@@ -291,6 +292,9 @@ fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, cpu: bool, ctx: &RunCon
             .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
         StrategyConfig::ModelParallel(mp) => devices_for(&devices, mp.stages, cpu)
             .and_then(|stage_devices| ModelParallel::new(model, train, mp, stage_devices, &ctx.data.train))
+            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::PredictiveSync(sync) => devices_for(&devices, sync.model_parallel.stages, cpu)
+            .and_then(|stage_devices| sync.build(model, train, stage_devices, &ctx.data.train))
             .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
     };
     let mut strategy = match built {

@@ -146,3 +146,21 @@ fn model_parallel_settings_are_read_and_checked() {
     let e = error_of(&text.replace("\"10gbe\"", "\"carrier-pigeon\""));
     assert!(e.contains("interconnect"), "{e}");
 }
+
+#[test]
+fn predictive_sync_settings_are_read_and_checked() {
+    let text = format!(
+        "{MINIMAL}\n[[strategies]]\nkind = \"predictive-sync\"\nmodel_parallel = {{ stages = 2, schedule = \"gpipe\", micro_batches = 4, interconnect = \"1gbe\" }}\npredictor = {{ kind = \"holt\", alpha = 0.4 }}\ntrigger = {{ kind = \"periodic\", every = 10 }}\n"
+    );
+    let m = parse(&text).unwrap();
+    assert_eq!(m.strategies[0].label(), "predictive-sync-holt-periodic10-2s-gpipe-4m-1gbe");
+    assert_eq!(m.strategies[0].num_devices(), 2);
+    let e = error_of(&text.replace("every = 10", "every = 0"));
+    assert!(e.contains("strategies[0]") && e.contains("every"), "{e}");
+    let e = error_of(&text.replace("alpha = 0.4", "alpha = 2.0"));
+    assert!(e.contains("alpha"), "{e}");
+    let e = error_of(&text.replace("\"holt\"", "\"oracle\""));
+    assert!(e.contains("oracle"), "{e}");
+    let e = error_of(&text.replace("micro_batches = 4", "micro_batches = 0"));
+    assert!(e.contains("model_parallel") && e.contains("micro_batches"), "{e}");
+}

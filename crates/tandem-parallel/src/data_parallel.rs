@@ -293,6 +293,9 @@ impl<B: AutodiffBackend> DataParallel<B> {
             "all_reduce_seconds": all_reduce_seconds,
             "step_seconds": step_seconds,
             "all_reduce_share": all_reduce_seconds / step_seconds.max(1e-12),
+            // The keys every communicating strategy reports (read by `tandem report`).
+            "bytes_per_step": per_step(|c| c.bytes_sent) * n,
+            "communication_share": all_reduce_seconds / step_seconds.max(1e-12),
             "replica_max_abs_difference": self.max_replica_difference(),
         });
         let extra = match extra {

@@ -23,6 +23,24 @@ use crate::shard::shard_ranges;
 use crate::stage::{wire_bytes, Stage, Wire};
 use crate::worker::{panic_message, thread_pools};
 
+/// Decides, stage by stage, whether a global batch is a real model-parallel step or is skipped
+/// with a local parameter update (predictive synchronisation, crate `tandem-sync`). Without
+/// policies every step is real: vanilla model parallelism. Calls come from the stage's thread.
+pub trait StepPolicy<B: AutodiffBackend>: Send {
+    /// This stage's vote for the coming step; the step is real when any stage votes for it.
+    fn wants_sync(&mut self, stage: &Stage<B>) -> bool;
+    /// A real step's gradients are ready; the optimizer update comes next.
+    fn before_update(&mut self, stage: &Stage<B>);
+    /// A real step is done; `loss` is the global batch's mean loss (from the last stage).
+    fn after_update(&mut self, stage: &Stage<B>, loss: f64, last_stage: bool);
+    /// The step is skipped: advance the stage's parameters locally, exchanging nothing.
+    fn skip(&mut self, stage: &mut Stage<B>);
+    /// Bytes of control messages this stage sent in the current epoch.
+    fn control_bytes(&self) -> u64;
+    /// The epoch's figures for `extra`; starts a new epoch.
+    fn take_epoch_figures(&mut self) -> serde_json::Map<String, serde_json::Value>;
+}
+
 /// How cut points are chosen when the manifest gives none.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -215,7 +233,11 @@ impl StageFailure {
 #[derive(Default)]
 struct StageEpoch {
     loss_sum: f64,
+    /// Samples trained on (last stage), and samples of skipped steps.
     samples: usize,
+    skipped_samples: usize,
+    skipped_steps: usize,
+    predict: Duration,
     compute: Duration,
     transfer: Duration,
     idle: Duration,
@@ -273,6 +295,8 @@ pub struct ModelParallel<B: AutodiffBackend> {
     /// The stages' parameters after the last completed epoch, in case one fails mid-epoch.
     snapshot: Vec<Classifier<B>>,
     failed: bool,
+    /// One per stage, or none (vanilla).
+    policies: Vec<Box<dyn StepPolicy<B>>>,
 }
 
 impl<B: AutodiffBackend> ModelParallel<B> {
@@ -303,7 +327,16 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let modules = model.split(&cuts).map_err(|e| format!("`cuts`: {e}"))?;
         let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
         let snapshot = stages.iter().map(|s| s.module().clone()).collect();
-        Ok(Self { stages, pools, cuts, config: config.clone(), train: train.clone(), snapshot, failed: false })
+        Ok(Self { stages, pools, cuts, config: config.clone(), train: train.clone(), snapshot, failed: false, policies: Vec::new() })
+    }
+
+    /// Gives each stage a [`StepPolicy`] (one per stage, in stage order).
+    pub fn with_policies(mut self, policies: Vec<Box<dyn StepPolicy<B>>>) -> Result<Self, String> {
+        if policies.len() != self.stages.len() {
+            return Err(format!("{} stages need {} step policies, got {}", self.stages.len(), self.stages.len(), policies.len()));
+        }
+        self.policies = policies;
+        Ok(self)
     }
 
     /// The cut points in use (block indices where each stage after the first begins).
@@ -320,6 +353,8 @@ struct StageContext<'a> {
     train: &'a TrainConfig,
     config: &'a ModelParallelConfig,
     norms: &'a ScalarSum,
+    /// Sync votes and the shared loss (with step policies only).
+    votes: &'a ScalarSum,
     stop: &'a AtomicBool,
     reports: Sender<Report>,
 }
@@ -351,7 +386,7 @@ impl<'a> StageContext<'a> {
     }
 
     /// Runs this stage's passes of every global batch of the epoch, in schedule order.
-    fn run<B: AutodiffBackend>(&self, stage: &mut Stage<B>, mut ends: Ends<B>) -> Result<StageEpoch, StageFailure> {
+    fn run<B: AutodiffBackend>(&self, stage: &mut Stage<B>, mut ends: Ends<B>, mut policy: Option<&mut Box<dyn StepPolicy<B>>>) -> Result<StageEpoch, StageFailure> {
         let started = Instant::now();
         let mut epoch = StageEpoch::default();
         let last = self.index + 1 == self.stages;
@@ -359,6 +394,26 @@ impl<'a> StageContext<'a> {
             if self.stop.load(Ordering::SeqCst) {
                 return Err(StageFailure::elsewhere("stopped"));
             }
+            if let Some(policy) = policy.as_mut() {
+                let voting = Instant::now();
+                let vote = policy.wants_sync(stage);
+                epoch.predict += voting.elapsed();
+                let waiting = Instant::now();
+                let votes = self.votes.sum(self.index, if vote { 1.0 } else { 0.0 }, self.timeout(), self.stop)?;
+                epoch.idle += waiting.elapsed();
+                if votes == 0.0 {
+                    let predicting = Instant::now();
+                    policy.skip(stage);
+                    epoch.predict += predicting.elapsed();
+                    epoch.skipped_steps += 1;
+                    if last {
+                        epoch.skipped_samples += indices.len();
+                    }
+                    let _ = self.reports.send(Report::Step { stage: self.index, samples: indices.len() });
+                    continue;
+                }
+            }
+            let batch_loss_before = epoch.loss_sum;
             let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(indices.len()).max(1);
             let ranges = shard_ranges(indices.len(), micro);
             for action in self.config.schedule.actions(self.index, self.stages, micro) {
@@ -415,9 +470,23 @@ impl<'a> StageContext<'a> {
                     clip_factor(total.sqrt(), max_norm)
                 }
             };
+            if let Some(policy) = policy.as_mut() {
+                let predicting = Instant::now();
+                policy.before_update(stage);
+                epoch.predict += predicting.elapsed();
+            }
             let computing = Instant::now();
             stage.step(self.train, scale, self.plan.first_step + b, self.plan.total_steps);
             epoch.compute += computing.elapsed();
+            if let Some(policy) = policy.as_mut() {
+                let batch_loss = if last { (epoch.loss_sum - batch_loss_before) / indices.len() as f64 } else { 0.0 };
+                let waiting = Instant::now();
+                let loss = self.votes.sum(self.index, batch_loss, self.timeout(), self.stop)?;
+                epoch.idle += waiting.elapsed();
+                let predicting = Instant::now();
+                policy.after_update(stage, loss, last);
+                epoch.predict += predicting.elapsed();
+            }
             let _ = self.reports.send(Report::Step { stage: self.index, samples: indices.len() });
         }
         epoch.wall = started.elapsed();
@@ -456,15 +525,20 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         }
         self.snapshot = self.stages.iter().map(|s| s.module().clone()).collect();
         let k = self.stages.len();
-        let norms = ScalarSum::new(k);
+        let (norms, votes) = (ScalarSum::new(k), ScalarSum::new(k));
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel();
         let (train, config) = (&self.train, &self.config);
+        let mut policies: Vec<Option<&mut Box<dyn StepPolicy<B>>>> = match self.policies.is_empty() {
+            true => (0..k).map(|_| None).collect(),
+            false => self.policies.iter_mut().map(Some).collect(),
+        };
         let outcome = std::thread::scope(|scope| {
-            for ((index, stage), (pool, ends)) in self.stages.iter_mut().enumerate().zip(self.pools.iter().zip(wire_up::<B>(k, config.interconnect))) {
-                let context = StageContext { index, stages: k, plan, train, config, norms: &norms, stop: &stop, reports: tx.clone() };
+            let stages = self.stages.iter_mut().zip(policies.drain(..)).enumerate();
+            for ((index, (stage, policy)), (pool, ends)) in stages.zip(self.pools.iter().zip(wire_up::<B>(k, config.interconnect))) {
+                let context = StageContext { index, stages: k, plan, train, config, norms: &norms, votes: &votes, stop: &stop, reports: tx.clone() };
                 scope.spawn(move || {
-                    let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| context.run(stage, ends))))
+                    let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| context.run(stage, ends, policy))))
                         .unwrap_or_else(|panic| Err(StageFailure::own(format!("panicked: {}", panic_message(&panic)))));
                     if result.is_err() {
                         stage.reset();
@@ -558,7 +632,7 @@ fn coordinate(config: &ModelParallelConfig, k: usize, reports: mpsc::Receiver<Re
 impl<B: AutodiffBackend> ModelParallel<B> {
     /// The stages' epochs as the strategy's figures: per stage time split and activations kept,
     /// per boundary traffic per step, and the bubble against the ideal pipeline's.
-    fn epoch_stats(&self, epochs: &[StageEpoch], steps: usize) -> TrainStats {
+    fn epoch_stats(&mut self, epochs: &[StageEpoch], steps: usize) -> TrainStats {
         let last = epochs.last().expect("at least one stage");
         let seconds = |f: fn(&StageEpoch) -> Duration| epochs.iter().map(|e| f(e).as_secs_f64()).collect::<Vec<f64>>();
         let bubble: Vec<f64> = epochs.iter().map(|e| e.idle.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).collect();
@@ -566,10 +640,13 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let links: Vec<serde_json::Value> = (1..epochs.len())
             .map(|s| json!({ "forward": per_step(epochs[s - 1].forward_traffic), "backward": per_step(epochs[s].backward_traffic) }))
             .collect();
-        let bytes: u64 = epochs.iter().map(|e| e.forward_traffic.bytes + e.backward_traffic.bytes).sum();
+        let control: u64 = self.policies.iter().map(|p| p.control_bytes()).sum();
+        let bytes: u64 = epochs.iter().map(|e| e.forward_traffic.bytes + e.backward_traffic.bytes).sum::<u64>() + control;
+        let transfer_share = epochs.iter().map(|e| e.transfer.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).sum::<f64>()
+            / epochs.len() as f64;
         // As run: a batch smaller than `micro_batches` runs one micro-batch per sample.
         let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(self.train.batch_size);
-        let extra = json!({
+        let mut extra = json!({
             "stages": epochs.len(),
             "cuts": self.cuts,
             "schedule": self.config.schedule.name(),
@@ -584,13 +661,26 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             "bubble_fraction_theory": theoretical_bubble(epochs.len(), micro),
             "peak_live_activations": epochs.iter().map(|e| e.peak_live).collect::<Vec<_>>(),
             "links_per_step": links,
+            // The keys every communicating strategy reports (read by `tandem report`).
             "bytes_per_step": bytes as f64 / steps.max(1) as f64,
+            "communication_share": transfer_share,
         });
-        let extra = match extra {
+        if !self.policies.is_empty() {
+            extra["control_bytes_per_step"] = json!(control as f64 / steps.max(1) as f64);
+            extra["predict_seconds"] = json!(epochs.iter().map(|e| e.predict.as_secs_f64()).collect::<Vec<_>>());
+            extra["skipped_steps"] = json!(last.skipped_steps);
+        }
+        let mut extra = match extra {
             serde_json::Value::Object(map) => map,
             _ => unreachable!("json! of an object literal"),
         };
-        TrainStats { loss: last.loss_sum / last.samples.max(1) as f64, samples: last.samples, steps, extra }
+        // The first stage's policy speaks for the protocol (sync counts are the same on every stage).
+        let figures: Vec<_> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
+        if let Some(first) = figures.into_iter().next() {
+            extra.extend(first);
+        }
+        // Loss over the samples trained on; samples over all the epoch consumed.
+        TrainStats { loss: last.loss_sum / last.samples.max(1) as f64, samples: last.samples + last.skipped_samples, steps, extra }
     }
 }
 

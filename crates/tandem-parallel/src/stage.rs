@@ -141,6 +141,13 @@ impl<B: AutodiffBackend> Stage<B> {
         self.module = Some(self.optimizer.step(lr, module, grads));
     }
 
+    /// Replaces the parameters through `mapper` between steps. Parameter ids are kept, so the
+    /// optimizer state stays with its parameters.
+    pub fn map_parameters(&mut self, mapper: &mut impl ModuleMapper<B>) {
+        let module = self.module.take().expect(HELD);
+        self.module = Some(module.map(mapper));
+    }
+
     /// Drops any half-finished micro-batches and gradients (after a failure elsewhere).
     pub fn reset(&mut self) {
         self.pending.clear();

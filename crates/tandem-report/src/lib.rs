@@ -1,0 +1,234 @@
+//! `tandem report`: tables over seeds and SVG plots from results folders alone.
+//!
+//! Runs are grouped by *setting* (data, backend, machine) and compared only within one; in a
+//! setting, runs of the same model and strategy are aggregated over seeds (mean ± sample std).
+//! Speedups pair each run with the `sequential` run of the same model and seed. Runs that did not
+//! finish are listed, never averaged.
+
+pub mod aggregate;
+pub mod collect;
+pub mod document;
+pub mod plots;
+pub mod sync;
+
+use std::path::{Path, PathBuf};
+
+use aggregate::{summarize, SettingTable, Stat};
+use collect::{Run, RunState};
+use document::{Block, Document};
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{0}")]
+    Input(String),
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot draw {plot}: {message}")]
+    Plot { plot: String, message: String },
+}
+
+/// The files a report wrote.
+#[derive(Clone, Debug)]
+pub struct ReportFiles {
+    pub markdown: PathBuf,
+    pub html: PathBuf,
+    pub plots: Vec<PathBuf>,
+    /// Runs read: finished, and not finished (failed, interrupted or unreadable).
+    pub finished: usize,
+    pub not_finished: usize,
+}
+
+/// Reads every run under `inputs` and writes `report.md`, `report.html` and the SVG plots to `out`.
+pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, ReportError> {
+    let runs = collect::collect_runs(inputs)?;
+    let document = build(&runs, inputs)?;
+    let write = |name: &str, text: &str| -> Result<PathBuf, ReportError> {
+        let path = out.join(name);
+        tandem_experiment::results::write_atomic(&path, text.as_bytes()).map_err(|source| ReportError::Write { path: path.clone(), source })?;
+        Ok(path)
+    };
+    std::fs::create_dir_all(out).map_err(|source| ReportError::Write { path: out.to_path_buf(), source })?;
+    let mut plots = Vec::new();
+    for block in &document.blocks {
+        if let Block::Figure { file, svg, .. } = block {
+            plots.push(write(file, svg)?);
+        }
+    }
+    let finished = runs.iter().filter(|r| r.finished().is_some()).count();
+    Ok(ReportFiles {
+        markdown: write("report.md", &document.markdown())?,
+        html: write("report.html", &document.html())?,
+        plots,
+        finished,
+        not_finished: runs.len() - finished,
+    })
+}
+
+/// The report for `runs` (read from `inputs`, named in its opening).
+pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> {
+    let mut doc = Document { title: "Tandem report".into(), blocks: Vec::new() };
+    let tables = summarize(runs);
+    let finished = runs.iter().filter(|r| r.finished().is_some()).count();
+    let mut versions: Vec<&str> = runs.iter().filter_map(|r| r.summary.as_ref()).map(|s| s.tandem_version.as_str()).collect();
+    versions.sort();
+    versions.dedup();
+    doc.push(Block::Paragraph(format!(
+        "From {} run folders under {} ({finished} finished), written by Tandem {}. Figures are means ± sample standard deviations over seeds; n is the number of seeds. Speedups pair each run with the sequential run of the same model and seed. Runs are compared only within one setting (experiment, data, backend, machine).",
+        runs.len(),
+        inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        if versions.is_empty() { "?".to_string() } else { versions.join(", ") }
+    )));
+    for (k, table) in tables.iter().enumerate() {
+        let suffix = if tables.len() > 1 { format!("-{}", k + 1) } else { String::new() };
+        setting_section(&mut doc, k + 1, table, &suffix)?;
+    }
+    let unfinished: Vec<String> = runs.iter().filter(|r| r.finished().is_none()).map(describe_unfinished).collect();
+    if !unfinished.is_empty() {
+        doc.push(Block::Heading(1, "Runs that did not finish".into()));
+        doc.push(Block::Paragraph("Not included in any figure above.".into()));
+        doc.push(Block::List(unfinished));
+    }
+    Ok(doc)
+}
+
+fn describe_unfinished(run: &Run) -> String {
+    let epochs = run.epochs.len();
+    match &run.state {
+        RunState::Failed(error) => format!("{} — failed after {epochs} epochs: {error}", run.name()),
+        RunState::Unfinished => format!("{} — interrupted or still running: {epochs} epochs recorded, no summary.json", run.name()),
+        RunState::Unreadable(error) => format!("{} — unreadable: {error}", run.name()),
+        RunState::Finished => unreachable!("only runs without a finished summary are described"),
+    }
+}
+
+fn stat(s: Option<Stat>, scale: f64, decimals: usize) -> String {
+    match s {
+        Some(s) if s.n > 1 => format!("{:.*} ± {:.*}", decimals, s.mean * scale, decimals, s.std * scale),
+        Some(s) => format!("{:.*}", decimals, s.mean * scale),
+        None => "—".into(),
+    }
+}
+
+fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffix: &str) -> Result<(), ReportError> {
+    let s = &table.setting;
+    let machine = if s.machine.is_empty() { "machine not recorded" } else { s.machine.as_str() };
+    doc.push(Block::Heading(1, format!("Setting {index}: {} · {} · {} backend", s.experiment, s.data, s.backend)));
+    doc.push(Block::Paragraph(format!("Experiment: {}. Data: {}. Backend: {}. Machine: {machine}.", s.experiment, s.data, s.backend)));
+    doc.push(Block::Heading(2, "Training time, speedup and accuracy".into()));
+    doc.push(Block::Table {
+        header: ["model", "strategy", "devices", "n", "train time (s)", "speedup", "samples/s", "accuracy (%)", "macro precision (%)", "macro recall (%)", "macro F1 (%)"]
+            .map(String::from)
+            .to_vec(),
+        rows: table
+            .groups
+            .iter()
+            .map(|g| {
+                vec![
+                    g.model.clone(),
+                    g.strategy.clone(),
+                    g.devices.clone(),
+                    g.runs.len().to_string(),
+                    stat(Some(g.train_seconds), 1.0, 1),
+                    g.speedup.map_or("—".into(), |_| format!("{}×", stat(g.speedup, 1.0, 2))),
+                    stat(Some(g.samples_per_second), 1.0, 0),
+                    stat(Some(g.accuracy), 100.0, 1),
+                    stat(Some(g.macro_precision), 100.0, 1),
+                    stat(Some(g.macro_recall), 100.0, 1),
+                    stat(Some(g.macro_f1), 100.0, 1),
+                ]
+            })
+            .collect(),
+    });
+    communication_table(doc, table);
+    sync_table(doc, table);
+    let context = format!("{} · {} · {} · {machine}", s.experiment, s.data, s.backend);
+    let figures: [(&str, &str, fn(&SettingTable) -> Result<Option<String>, String>); 4] = [
+        ("speedup", "Speedup over sequential per architecture and strategy", plots::speedup),
+        ("accuracy-time", "Holdout accuracy against training time per strategy", plots::accuracy_over_time),
+        ("communication-accuracy", "Communication against accuracy, Pareto front marked", plots::communication_vs_accuracy),
+        ("stage-time", "Per-stage time breakdown of the model-parallel schedules", plots::stage_time),
+    ];
+    for (name, caption, draw) in figures {
+        let svg = draw(table).map_err(|message| ReportError::Plot { plot: name.into(), message })?;
+        if let Some(svg) = svg {
+            doc.push(Block::Figure { file: format!("{name}{suffix}.svg"), caption: format!("{caption} ({context})."), svg });
+        }
+    }
+    Ok(())
+}
+
+fn communication_table(doc: &mut Document, table: &SettingTable) {
+    let rows: Vec<Vec<String>> = table
+        .groups
+        .iter()
+        .filter(|g| g.bytes.is_some())
+        .map(|g| {
+            let first = g.runs[0];
+            let per_step = first.extra_f64("bytes_per_step").unwrap_or(0.0);
+            let detail = if let Some(replica) = first.extra_f64("bytes_sent_per_replica_per_step") {
+                format!("{:.3} MB sent per replica", replica / 1e6)
+            } else if let Some(links) = first.epochs.last().and_then(|e| e.extra.get("links_per_step")).and_then(|l| l.as_array()).filter(|l| !l.is_empty()) {
+                format!("{:.3} MB per link ({} link{})", per_step / links.len() as f64 / 1e6, links.len(), if links.len() == 1 { "" } else { "s" })
+            } else {
+                "—".into()
+            };
+            vec![
+                g.model.clone(),
+                g.strategy.clone(),
+                stat(g.bytes, 1e-6, 1),
+                format!("{:.3}", per_step / 1e6),
+                detail,
+                stat(g.communication_share, 100.0, 1),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    doc.push(Block::Heading(2, "Communication".into()));
+    doc.push(Block::Paragraph(
+        "Bytes each strategy moved between devices over the whole run, per training step (last epoch), and the share of step time spent communicating (data parallel: all-reduce time; model parallel: transfer time, mean over stages).".into(),
+    ));
+    doc.push(Block::Table {
+        header: ["model", "strategy", "MB per run", "MB per step", "per step, split", "share of step time (%)"].map(String::from).to_vec(),
+        rows,
+    });
+}
+
+fn sync_table(doc: &mut Document, table: &SettingTable) {
+    let comparisons = sync::compare(table);
+    if comparisons.is_empty() {
+        return;
+    }
+    doc.push(Block::Heading(2, "Predictive synchronisation against vanilla model parallelism".into()));
+    doc.push(Block::Paragraph(
+        "Communication reduction and speedup are vanilla ÷ predictive (means over seeds); accuracy change is in points. The last column compares each predictor with the static predictor (no prediction: the skipped batches are simply not learned from) at the same number of sync steps: a predictor is useful only where it is positive.".into(),
+    ));
+    doc.push(Block::Table {
+        header: ["model", "strategy", "predictor", "trigger", "vs", "sync steps", "less communication", "speedup", "accuracy change (pts)", "vs static at equal syncs (pts)"]
+            .map(String::from)
+            .to_vec(),
+        rows: comparisons
+            .iter()
+            .map(|c| {
+                vec![
+                    c.model.clone(),
+                    c.strategy.clone(),
+                    c.predictor.clone(),
+                    c.trigger.clone(),
+                    c.reference.clone(),
+                    stat(c.sync_steps, 1.0, 0),
+                    c.communication_reduction.map_or("—".into(), |r| format!("{r:.1}×")),
+                    format!("{:.2}×", c.speedup),
+                    format!("{:+.1}", c.accuracy_change),
+                    match &c.versus_static {
+                        Some((_, d)) => format!("{d:+.1}"),
+                        None if c.predictor == "static" => "(the control)".into(),
+                        None => "no static run at this sync count".into(),
+                    },
+                ]
+            })
+            .collect(),
+    });
+}

@@ -1,0 +1,80 @@
+//! Predictive synchronisation against vanilla model parallelism, and the honest control: a
+//! predictor is only useful where it beats `static` (skipping the same batches without
+//! predicting) at the same number of sync steps.
+//!
+//! Read from the runs: strategy labels starting with [`PREDICTIVE`]; in each epoch's `extra`,
+//! `predictor` and `trigger` (names) and `sync_steps` (that epoch's count).
+
+use crate::aggregate::{Group, SettingTable, Stat};
+
+/// Strategy label prefix of predictive-sync runs.
+pub const PREDICTIVE: &str = "predictive-sync";
+/// Strategy label prefix of the vanilla model-parallel runs they are compared with.
+pub const VANILLA: &str = "model-parallel";
+
+/// One predictive-sync group against its vanilla model-parallel reference.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SyncComparison {
+    pub model: String,
+    pub strategy: String,
+    pub predictor: String,
+    pub trigger: String,
+    /// The vanilla model-parallel strategy compared with.
+    pub reference: String,
+    pub sync_steps: Option<Stat>,
+    /// Vanilla bytes / these bytes (means over seeds).
+    pub communication_reduction: Option<f64>,
+    /// Vanilla training time / this training time.
+    pub speedup: f64,
+    /// Accuracy points gained (negative: lost) against vanilla.
+    pub accuracy_change: f64,
+    /// The `static` group with the same mean number of sync steps, and the accuracy points this
+    /// predictor gains over it.
+    pub versus_static: Option<(String, f64)>,
+}
+
+fn label(g: &Group, key: &str) -> String {
+    g.runs.first().and_then(|r| r.extra_str(key)).unwrap_or_else(|| "?".into())
+}
+
+fn mean_sync_steps(g: &Group) -> Option<Stat> {
+    Stat::of(&g.runs.iter().filter_map(|r| r.extra_sum("sync_steps")).collect::<Vec<_>>())
+}
+
+/// The comparisons for every predictive-sync group of `table` that has a vanilla reference.
+pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
+    let predictive: Vec<&Group> = table.groups.iter().filter(|g| g.strategy.starts_with(PREDICTIVE)).collect();
+    predictive
+        .iter()
+        .filter_map(|g| {
+            let vanilla = table.groups.iter().find(|v| v.model == g.model && v.strategy.starts_with(VANILLA))?;
+            let sync_steps = mean_sync_steps(g);
+            let predictor = label(g, "predictor");
+            let versus_static = (predictor != "static")
+                .then(|| {
+                    predictive.iter().find(|s| {
+                        s.model == g.model
+                            && label(s, "predictor") == "static"
+                            && matches!((mean_sync_steps(s), sync_steps), (Some(a), Some(b)) if (a.mean - b.mean).abs() < 0.5)
+                    })
+                })
+                .flatten()
+                .map(|s| (s.strategy.clone(), (g.accuracy.mean - s.accuracy.mean) * 100.0));
+            Some(SyncComparison {
+                model: g.model.clone(),
+                strategy: g.strategy.clone(),
+                predictor,
+                trigger: label(g, "trigger"),
+                reference: vanilla.strategy.clone(),
+                sync_steps,
+                communication_reduction: match (vanilla.bytes, g.bytes) {
+                    (Some(v), Some(p)) => Some(v.mean / p.mean.max(1.0)),
+                    _ => None,
+                },
+                speedup: vanilla.train_seconds.mean / g.train_seconds.mean.max(1e-12),
+                accuracy_change: (g.accuracy.mean - vanilla.accuracy.mean) * 100.0,
+                versus_static,
+            })
+        })
+        .collect()
+}

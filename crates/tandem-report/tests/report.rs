@@ -1,0 +1,298 @@
+//! Reports from hand-made results folders: aggregation over seeds, speedups against the matching
+//! sequential run, unfinished runs, the predictive-sync comparison, and valid SVG plots.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use tandem_experiment::results::{write_epochs, write_json, RunStatus};
+use tandem_experiment::RunSummary;
+use tandem_report::aggregate::{pareto_front, summarize, Stat};
+use tandem_report::collect::{collect_runs, RunState};
+use tandem_train::{ClassificationMetrics, ConfusionMatrix, EpochRecord};
+
+/// Two balanced classes of 100 samples, `correct` of each right: accuracy, precision and recall
+/// are all `correct / 100`.
+fn metrics(correct: u64) -> ClassificationMetrics {
+    ClassificationMetrics::from_confusion(ConfusionMatrix { counts: vec![vec![correct, 100 - correct], vec![100 - correct, correct]] })
+}
+
+/// `accuracies.len()` epochs of `seconds` each, 10 steps each, with `extra` as strategy figures.
+fn epochs(seconds: f64, accuracies: &[u64], extra: &Value) -> Vec<EpochRecord> {
+    accuracies
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| EpochRecord {
+            epoch: i + 1,
+            train_loss: 1.0,
+            holdout_loss: 1.0,
+            holdout: metrics(a),
+            learning_rate: 1e-3,
+            train_seconds: seconds,
+            eval_seconds: 0.5,
+            train_samples_per_second: 640.0 / seconds,
+            steps: 10,
+            extra: extra.as_object().cloned().unwrap_or_default(),
+        })
+        .collect()
+}
+
+struct RunSpec<'a> {
+    model: &'a str,
+    strategy: &'a str,
+    seed: u64,
+    machine: &'a str,
+    epoch_seconds: f64,
+    accuracies: &'a [u64],
+    extra: Value,
+}
+
+impl<'a> RunSpec<'a> {
+    fn new(model: &'a str, strategy: &'a str, seed: u64, epoch_seconds: f64, accuracies: &'a [u64]) -> Self {
+        Self { model, strategy, seed, machine: "test machine, 2 logical cores", epoch_seconds, accuracies, extra: json!({}) }
+    }
+}
+
+fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
+    let mut s = RunSummary {
+        status: RunStatus::Finished,
+        error: None,
+        experiment: "exp".into(),
+        run_id: format!("{}-{}-seed{}", spec.model, spec.strategy, spec.seed),
+        model: spec.model.into(),
+        architecture: spec.model.into(),
+        strategy: spec.strategy.into(),
+        backend: "ndarray".into(),
+        devices: vec!["cpu".into(), "cpu".into()],
+        machine: spec.machine.into(),
+        threads_per_device: 1,
+        seed: spec.seed,
+        data: "toy data".into(),
+        train_samples: 640,
+        holdout_samples: 200,
+        vocab_size: 100,
+        max_len: 16,
+        parameters: 1000,
+        epochs_completed: 0,
+        train_seconds: 0.0,
+        eval_seconds: 0.0,
+        train_samples_per_second: 0.0,
+        final_metrics: None,
+        final_holdout_loss: None,
+        best_epoch: None,
+        best_accuracy: None,
+        tandem_version: "0.1.0".into(),
+        started_at: "2026-12-01T00:00:00Z".into(),
+        finished_at: "2026-12-01T00:01:00Z".into(),
+        extra: Default::default(),
+    };
+    s.set_epochs(records);
+    s
+}
+
+/// Writes a finished run to `<root>/exp/<run-id>/` and returns its folder.
+fn write_run(root: &Path, spec: RunSpec) -> PathBuf {
+    let records = epochs(spec.epoch_seconds, spec.accuracies, &spec.extra);
+    let s = summary(&spec, &records);
+    let dir = root.join("exp").join(format!("{}-m{}", s.run_id, spec.machine.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("manifest.toml"), "").unwrap();
+    write_epochs(&dir.join("epochs.jsonl"), &records).unwrap();
+    write_json(&dir.join("summary.json"), &s).unwrap();
+    dir
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn stat_is_mean_and_sample_standard_deviation() {
+    let s = Stat::of(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert!(close(s.mean, 2.5) && close(s.std, (5.0f64 / 3.0).sqrt()) && s.n == 4);
+    assert_eq!(Stat::of(&[7.0]).unwrap(), Stat { mean: 7.0, std: 0.0, n: 1 });
+    assert!(Stat::of(&[]).is_none());
+}
+
+#[test]
+fn groups_aggregate_over_seeds_and_speedups_pair_with_the_same_seed_and_setting() {
+    let root = tempfile::tempdir().unwrap();
+    // Sequential: 2 epochs of 50 / 60 s → 100 / 120 s; data parallel 50 / 80 s → speedups 2.0, 1.5.
+    write_run(root.path(), RunSpec::new("cnn", "sequential", 1, 50.0, &[70, 80]));
+    write_run(root.path(), RunSpec::new("cnn", "sequential", 2, 60.0, &[70, 82]));
+    let dp = json!({ "bytes_per_step": 1000.0, "communication_share": 0.25, "bytes_sent_per_replica_per_step": 500.0 });
+    write_run(root.path(), RunSpec { extra: dp.clone(), ..RunSpec::new("cnn", "data-parallel-2x-tree", 1, 25.0, &[70, 81]) });
+    write_run(root.path(), RunSpec { extra: dp, ..RunSpec::new("cnn", "data-parallel-2x-tree", 2, 40.0, &[70, 79]) });
+    // Same model and seed on another machine: a setting of its own, never paired with the above.
+    write_run(root.path(), RunSpec { machine: "other machine", ..RunSpec::new("cnn", "sequential", 1, 1.0, &[60]) });
+
+    let runs = collect_runs(&[root.path().to_path_buf()]).unwrap();
+    assert_eq!(runs.len(), 5);
+    let tables = summarize(&runs);
+    assert_eq!(tables.len(), 2, "two machines are two settings");
+    let table = tables.iter().find(|t| t.setting.machine.starts_with("test")).unwrap();
+    assert_eq!(table.strategies(), vec!["sequential", "data-parallel-2x-tree"]);
+
+    let seq = table.group("cnn", "sequential").unwrap();
+    assert_eq!(seq.runs.len(), 2);
+    assert!(close(seq.train_seconds.mean, 110.0));
+    assert!(close(seq.accuracy.mean, 0.81) && close(seq.accuracy.std, 0.02f64.powi(2).sqrt() / 2f64.sqrt()));
+    assert!(close(seq.speedup.unwrap().mean, 1.0));
+
+    let dp = table.group("cnn", "data-parallel-2x-tree").unwrap();
+    let speedup = dp.speedup.unwrap();
+    assert_eq!(speedup.n, 2);
+    assert!(close(speedup.mean, 1.75) && close(speedup.std, (2.0 * 0.25f64.powi(2)).sqrt()));
+    // 1000 bytes per step × 10 steps × 2 epochs.
+    assert!(close(dp.bytes.unwrap().mean, 20_000.0));
+    assert!(close(dp.communication_share.unwrap().mean, 0.25));
+    assert!(seq.bytes.is_none(), "sequential runs do not communicate");
+
+    let other = tables.iter().find(|t| t.setting.machine == "other machine").unwrap();
+    assert_eq!(other.groups.len(), 1);
+    assert_eq!(other.groups[0].runs.len(), 1);
+}
+
+#[test]
+fn failed_interrupted_and_unreadable_runs_are_listed_and_not_averaged() {
+    let root = tempfile::tempdir().unwrap();
+    write_run(root.path(), RunSpec::new("gru", "sequential", 1, 10.0, &[80]));
+    let failed = write_run(root.path(), RunSpec::new("gru", "sequential", 2, 10.0, &[30]));
+    let mut s: RunSummary = serde_json::from_str(&std::fs::read_to_string(failed.join("summary.json")).unwrap()).unwrap();
+    s.status = RunStatus::Failed;
+    s.error = Some("stage 1 failed at step 3 of epoch 1: boom".into());
+    write_json(&failed.join("summary.json"), &s).unwrap();
+    // Interrupted: the runner wrote the manifest and one epoch, then the process died.
+    let interrupted = root.path().join("exp/gru-sequential-seed3");
+    std::fs::create_dir_all(&interrupted).unwrap();
+    std::fs::write(interrupted.join("manifest.toml"), "").unwrap();
+    write_epochs(&interrupted.join("epochs.jsonl"), &epochs(10.0, &[75], &json!({}))).unwrap();
+    // Unreadable: a damaged second line.
+    let damaged = root.path().join("exp/gru-sequential-seed4");
+    std::fs::create_dir_all(&damaged).unwrap();
+    let good = serde_json::to_string(&epochs(10.0, &[75], &json!({}))[0]).unwrap();
+    std::fs::write(damaged.join("epochs.jsonl"), format!("{good}\n{{\"epoch\": 2, \n")).unwrap();
+
+    let runs = collect_runs(&[root.path().join("exp")]).unwrap();
+    let states: Vec<&RunState> = runs.iter().map(|r| &r.state).collect();
+    assert_eq!(states.iter().filter(|s| ***s == RunState::Finished).count(), 1);
+    assert!(states.iter().any(|s| matches!(s, RunState::Failed(e) if e.contains("boom"))));
+    assert!(states.iter().any(|s| **s == RunState::Unfinished));
+    assert!(states.iter().any(|s| matches!(s, RunState::Unreadable(e) if e.contains("epochs.jsonl line 2"))));
+
+    let tables = summarize(&runs);
+    assert_eq!(tables[0].groups[0].runs.len(), 1, "only the finished run is averaged");
+    let out = root.path().join("report");
+    let files = tandem_report::write_report(&[root.path().join("exp")], &out).unwrap();
+    assert_eq!((files.finished, files.not_finished), (1, 3));
+    let md = std::fs::read_to_string(&files.markdown).unwrap();
+    assert!(md.contains("Runs that did not finish"));
+    assert!(md.contains("gru-sequential-seed3 — interrupted or still running: 1 epochs recorded"));
+    assert!(md.contains("boom"));
+    assert!(md.contains("line 2"));
+}
+
+#[test]
+fn a_missing_input_or_a_folder_without_runs_is_a_clear_error() {
+    let root = tempfile::tempdir().unwrap();
+    let missing = root.path().join("nope");
+    let e = collect_runs(&[missing.clone()]).unwrap_err().to_string();
+    assert!(e.contains(&missing.display().to_string()) && e.contains("no such directory"), "{e}");
+    let e = collect_runs(&[root.path().to_path_buf()]).unwrap_err().to_string();
+    assert!(e.contains("no runs under"), "{e}");
+}
+
+fn mp_extra() -> Value {
+    json!({
+        "bytes_per_step": 4000.0, "communication_share": 0.05,
+        "links_per_step": [{ "forward": { "messages": 4.0, "bytes": 2000.0 }, "backward": { "messages": 4.0, "bytes": 2000.0 } }],
+        "compute_seconds": [3.0, 6.0], "transfer_seconds": [0.2, 0.3], "idle_seconds": [4.0, 1.0],
+    })
+}
+
+/// The text of every `<text>` element of an SVG, after checking it parses as XML with an `svg` root.
+fn svg_texts(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{} is not well-formed XML: {e}", path.display()));
+    assert_eq!(doc.root_element().tag_name().name(), "svg", "{}", path.display());
+    doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::to_string).collect()
+}
+
+#[test]
+fn every_plot_is_valid_svg_with_the_expected_series() {
+    let root = tempfile::tempdir().unwrap();
+    for (seed, slow) in [(1, 0.0), (2, 2.0)] {
+        for model in ["cnn", "lstm"] {
+            write_run(root.path(), RunSpec::new(model, "sequential", seed, 20.0 + slow, &[60, 70, 75]));
+            let dp = json!({ "bytes_per_step": 1e6, "communication_share": 0.2, "bytes_sent_per_replica_per_step": 5e5 });
+            write_run(root.path(), RunSpec { extra: dp, ..RunSpec::new(model, "data-parallel-2x-tree", seed, 12.0 + slow, &[61, 71, 74]) });
+            write_run(root.path(), RunSpec { extra: mp_extra(), ..RunSpec::new(model, "model-parallel-2s-gpipe-4m", seed, 15.0, &[59, 69, 76]) });
+        }
+    }
+    let out = root.path().join("report");
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &out).unwrap();
+    let names: Vec<String> = files.plots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["speedup.svg", "accuracy-time.svg", "communication-accuracy.svg", "stage-time.svg"]);
+    let has = |texts: &[String], s: &str| texts.iter().any(|t| t.contains(s));
+
+    let speedup = svg_texts(&out.join("speedup.svg"));
+    for s in ["data-parallel-2x-tree", "model-parallel-2s-gpipe-4m", "cnn", "lstm"] {
+        assert!(has(&speedup, s), "speedup plot lacks {s}: {speedup:?}");
+    }
+    assert!(!speedup.iter().any(|t| t == "sequential"), "the baseline is the 1× line, not a bar");
+    let accuracy = svg_texts(&out.join("accuracy-time.svg"));
+    for s in ["sequential", "data-parallel-2x-tree", "model-parallel-2s-gpipe-4m", "cnn", "lstm", "training time (s)"] {
+        assert!(has(&accuracy, s), "accuracy plot lacks {s}");
+    }
+    let comm = svg_texts(&out.join("communication-accuracy.svg"));
+    assert!(has(&comm, "data-parallel-2x-tree") && has(&comm, "model-parallel-2s-gpipe-4m"));
+    assert!(!comm.iter().any(|t| t == "sequential"), "only strategies that communicate are plotted");
+    let stages = svg_texts(&out.join("stage-time.svg"));
+    for s in ["compute", "transfer", "idle", "cnn model-parallel-2s-gpipe-4m · stage 0", "lstm model-parallel-2s-gpipe-4m · stage 1"] {
+        assert!(has(&stages, s), "stage plot lacks {s}: {stages:?}");
+    }
+
+    let md = std::fs::read_to_string(&files.markdown).unwrap();
+    assert!(md.contains("Machine: test machine, 2 logical cores"));
+    assert!(md.contains("| cnn | data-parallel-2x-tree | 2 × cpu, 1 thread each | 2 |"));
+    assert!(md.contains("![speedup](speedup.svg)\n\n*Speedup over sequential"));
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    assert_eq!(html.matches("<svg").count(), 4, "the HTML page inlines every plot");
+    assert!(!html.contains("<?xml"));
+}
+
+#[test]
+fn the_pareto_front_keeps_only_undominated_points() {
+    // (bytes, accuracy): the second point is dominated by the first (more bytes, lower accuracy).
+    let points = [(10.0, 0.8), (20.0, 0.7), (5.0, 0.6), (30.0, 0.9), (10.0, 0.8)];
+    assert_eq!(pareto_front(&points), vec![2, 0, 4, 3]);
+}
+
+#[test]
+fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_equal_syncs() {
+    let root = tempfile::tempdir().unwrap();
+    write_run(root.path(), RunSpec { extra: mp_extra(), ..RunSpec::new("gru", "model-parallel-2s-gpipe-4m", 1, 50.0, &[80]) });
+    let sync = |predictor: &str, syncs: f64| json!({ "bytes_per_step": 400.0, "predictor": predictor, "trigger": "periodic", "sync_steps": syncs });
+    write_run(root.path(), RunSpec { extra: sync("holt", 1.0), ..RunSpec::new("gru", "predictive-sync-holt-periodic10", 1, 10.0, &[78]) });
+    write_run(root.path(), RunSpec { extra: sync("static", 1.0), ..RunSpec::new("gru", "predictive-sync-static-periodic10", 1, 9.0, &[75]) });
+    write_run(root.path(), RunSpec { extra: sync("ema", 5.0), ..RunSpec::new("gru", "predictive-sync-ema-adaptive", 1, 20.0, &[79]) });
+
+    let runs = collect_runs(&[root.path().to_path_buf()]).unwrap();
+    let tables = summarize(&runs);
+    let comparisons = tandem_report::sync::compare(&tables[0]);
+    assert_eq!(comparisons.len(), 3);
+    let holt = comparisons.iter().find(|c| c.predictor == "holt").unwrap();
+    assert_eq!(holt.reference, "model-parallel-2s-gpipe-4m");
+    assert!(close(holt.communication_reduction.unwrap(), 10.0));
+    assert!(close(holt.speedup, 5.0));
+    assert!((holt.accuracy_change - -2.0).abs() < 1e-9);
+    let (versus, gain) = holt.versus_static.clone().unwrap();
+    assert_eq!(versus, "predictive-sync-static-periodic10");
+    assert!((gain - 3.0).abs() < 1e-9);
+    assert!(comparisons.iter().find(|c| c.predictor == "ema").unwrap().versus_static.is_none(), "no static run with 5 syncs");
+
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
+    let md = std::fs::read_to_string(files.markdown).unwrap();
+    assert!(md.contains("Predictive synchronisation against vanilla model parallelism"));
+    assert!(md.contains("| gru | predictive-sync-holt-periodic10 | holt | periodic | model-parallel-2s-gpipe-4m | 1 | 10.0× | 5.00× | -2.0 | +3.0 |"));
+    assert!(md.contains("no static run at this sync count"));
+}

@@ -1,0 +1,19 @@
+//! Predictive synchronisation for model-parallel training over a data stream.
+//!
+//! In vanilla model parallelism every batch costs a forward and a backward transfer at each stage
+//! boundary. Here most steps are *predicted*: each stage advances its parameters by a forecast of
+//! its next update, made from its own history of real updates ([`predictor`]), and no tensor
+//! crosses a boundary. A [`trigger`] decides, from what each stage sees locally, when a real
+//! (synchronised) model-parallel step is due.
+//!
+//! [`PredictiveSyncConfig::build`] makes the strategy: a [`tandem_parallel::ModelParallel`] whose
+//! stages each run a [`PredictivePolicy`]. With a sync on every step it is vanilla model
+//! parallelism, exactly.
+
+pub mod predictor;
+pub mod strategy;
+pub mod trigger;
+
+pub use predictor::{Forecaster, PredictorConfig};
+pub use strategy::{PredictivePolicy, PredictiveSyncConfig};
+pub use trigger::{Evidence, Trigger, TriggerConfig};

@@ -1,0 +1,192 @@
+//! When the next synchronised step is due. Each stage evaluates its trigger on what it can see
+//! locally (its own prediction error, drift and forecast uncertainty, the loss at sync steps);
+//! a sync happens for all stages when any stage asks for one (for `safe-zone`, that costs the
+//! asking stage one small alert message).
+
+use serde::{Deserialize, Serialize};
+
+/// `[strategy.trigger]`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum TriggerConfig {
+    /// A sync step every `every` steps (1: every step, which is vanilla model parallelism).
+    Periodic { every: usize },
+    /// The number of predicted steps between syncs (the horizon) doubles while the relative
+    /// prediction error measured at a sync, ‖Δ̂ − Δ‖ / ‖Δ‖, stays under `low`, halves when it
+    /// exceeds `high` or the loss rose, within [1, `max_horizon`].
+    Adaptive {
+        #[serde(default = "low")]
+        low: f64,
+        #[serde(default = "high")]
+        high: f64,
+        #[serde(default = "max_horizon")]
+        max_horizon: usize,
+    },
+    /// Geometric monitoring: a stage raises an alert when its drift since the last sync,
+    /// ‖θ − θ_sync‖, or its predictor's forecast standard deviation (norm over its elements)
+    /// exceeds the threshold: `threshold`, or, when absent, `auto_factor` × the mean norm of
+    /// the real updates seen so far.
+    SafeZone {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        threshold: Option<f64>,
+        #[serde(default = "auto_factor")]
+        auto_factor: f64,
+        #[serde(default = "max_horizon")]
+        max_horizon: usize,
+    },
+    /// Sync steps make up `fraction` of all steps, spread evenly.
+    Budget { fraction: f64 },
+}
+
+fn low() -> f64 {
+    0.5
+}
+fn high() -> f64 {
+    1.0
+}
+fn max_horizon() -> usize {
+    64
+}
+fn auto_factor() -> f64 {
+    8.0
+}
+
+impl Default for TriggerConfig {
+    fn default() -> Self {
+        Self::Adaptive { low: low(), high: high(), max_horizon: max_horizon() }
+    }
+}
+
+impl TriggerConfig {
+    /// The trigger's name as manifests write it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Periodic { .. } => "periodic",
+            Self::Adaptive { .. } => "adaptive",
+            Self::SafeZone { .. } => "safe-zone",
+            Self::Budget { .. } => "budget",
+        }
+    }
+
+    /// Checks values serde cannot; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let horizon = |h: usize| if (1..=100_000).contains(&h) { Ok(()) } else { Err(format!("trigger `max_horizon` must be in [1, 100000], got {h}")) };
+        match *self {
+            Self::Periodic { every } if !(1..=100_000).contains(&every) => Err(format!("trigger `every` must be in [1, 100000], got {every}")),
+            Self::Periodic { .. } => Ok(()),
+            Self::Adaptive { low, high, max_horizon } => {
+                if !(low > 0.0 && low < high && high.is_finite()) {
+                    return Err(format!("trigger `low` and `high` must satisfy 0 < low < high, got {low} and {high}"));
+                }
+                horizon(max_horizon)
+            }
+            Self::SafeZone { threshold, auto_factor, max_horizon } => {
+                if let Some(t) = threshold {
+                    if !(t > 0.0 && t.is_finite()) {
+                        return Err(format!("trigger `threshold` must be positive, got {t}"));
+                    }
+                }
+                if !(auto_factor > 0.0 && auto_factor.is_finite()) {
+                    return Err(format!("trigger `auto_factor` must be positive, got {auto_factor}"));
+                }
+                horizon(max_horizon)
+            }
+            Self::Budget { fraction } if !(fraction > 0.0 && fraction <= 1.0) => Err(format!("trigger `fraction` must be in (0, 1], got {fraction}")),
+            Self::Budget { .. } => Ok(()),
+        }
+    }
+}
+
+/// What a stage measured, for its trigger.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Evidence {
+    /// ‖θ − θ at the last sync‖ over the stage's parameters.
+    pub drift: f64,
+    /// The forecast's standard deviation as a norm over the stage's parameters (Kalman only).
+    pub uncertainty: Option<f64>,
+}
+
+/// A stage's trigger state over a run.
+#[derive(Clone, Debug)]
+pub struct Trigger {
+    config: TriggerConfig,
+    /// Steps decided so far, and how many of them were syncs.
+    steps: u64,
+    syncs: u64,
+    /// Predicted steps since the last sync.
+    since_sync: usize,
+    /// Adaptive: the current horizon.
+    horizon: usize,
+    last_loss: Option<f64>,
+    /// Safe zone: sum and count of the real update norms seen.
+    update_norms: (f64, u64),
+}
+
+impl Trigger {
+    pub fn new(config: &TriggerConfig) -> Self {
+        Self { config: config.clone(), steps: 0, syncs: 0, since_sync: 0, horizon: 1, last_loss: None, update_norms: (0.0, 0) }
+    }
+
+    /// Whether this stage asks for the coming step to be a sync step. The first step always is:
+    /// predictors need a history.
+    pub fn wants_sync(&self, evidence: &Evidence) -> bool {
+        if self.syncs == 0 {
+            return true;
+        }
+        match self.config {
+            TriggerConfig::Periodic { every } => self.since_sync + 1 >= every,
+            TriggerConfig::Adaptive { .. } => self.since_sync >= self.horizon,
+            TriggerConfig::SafeZone { threshold, auto_factor, max_horizon } => {
+                let limit = threshold.unwrap_or_else(|| auto_factor * self.update_norms.0 / self.update_norms.1.max(1) as f64);
+                self.since_sync >= max_horizon || evidence.drift > limit || evidence.uncertainty.is_some_and(|u| u > limit)
+            }
+            // Sync whenever the syncs so far fall short of the budget for the steps so far.
+            TriggerConfig::Budget { fraction } => (self.syncs as f64) < fraction * (self.steps + 1) as f64,
+        }
+    }
+
+    /// Records a sync step: the relative error of the forecast the predictor would have made
+    /// for it (none before a history exists), the norm of the real update, and the step's loss.
+    pub fn synced(&mut self, relative_error: Option<f64>, update_norm: f64, loss: f64) {
+        if let TriggerConfig::Adaptive { low, high, max_horizon } = self.config {
+            let loss_rose = self.last_loss.is_some_and(|last| loss > last);
+            match relative_error {
+                Some(e) if e > high || loss_rose => self.horizon = (self.horizon / 2).max(1),
+                Some(e) if e < low => self.horizon = (self.horizon * 2).min(max_horizon),
+                _ => {}
+            }
+        }
+        self.last_loss = Some(loss);
+        self.update_norms.0 += update_norm;
+        self.update_norms.1 += 1;
+        self.steps += 1;
+        self.syncs += 1;
+        self.since_sync = 0;
+    }
+
+    /// Records a predicted step.
+    pub fn predicted(&mut self) {
+        self.steps += 1;
+        self.since_sync += 1;
+    }
+
+    /// The trigger's settings.
+    pub fn config(&self) -> &TriggerConfig {
+        &self.config
+    }
+
+    /// Predicted steps since the last sync (the horizon of the next forecast is this + 1).
+    pub fn since_sync(&self) -> usize {
+        self.since_sync
+    }
+
+    /// The adaptive trigger's current horizon.
+    pub fn horizon(&self) -> usize {
+        self.horizon
+    }
+
+    /// Steps decided and sync steps among them.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.steps, self.syncs)
+    }
+}

@@ -1,0 +1,76 @@
+//! The predictive-sync strategy against vanilla model parallelism.
+
+use burn::backend::{Autodiff, NdArray};
+use tandem_parallel::{ModelParallel, ModelParallelConfig, Schedule};
+use tandem_sync::{PredictiveSyncConfig, PredictorConfig, TriggerConfig};
+use tandem_train::testing::{exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data};
+use tandem_train::Strategy;
+
+type B = Autodiff<NdArray>;
+
+/// The backend's seeded RNG is process-global: tests that seed it must not interleave.
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn mp() -> ModelParallelConfig {
+    ModelParallelConfig { stages: 2, cuts: Some(vec![1]), schedule: Schedule::GPipe, micro_batches: 3, ..Default::default() }
+}
+
+fn sync_config(predictor: PredictorConfig, trigger: TriggerConfig) -> PredictiveSyncConfig {
+    PredictiveSyncConfig { model_parallel: mp(), predictor, trigger }
+}
+
+#[test]
+fn a_sync_on_every_step_is_vanilla_model_parallelism() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    for config in small_models() {
+        let name = config.architecture().name();
+        let mut vanilla = ModelParallel::<B>::new(initial_model(&config, vocab_size), &train, &mp(), vec![Default::default(); 2], &data).unwrap();
+        let expected = one_epoch(&mut vanilla, &data, &train);
+        for predictor in [PredictorConfig::default(), PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }] {
+            let sync = sync_config(predictor.clone(), TriggerConfig::Periodic { every: 1 });
+            let mut strategy = sync.build::<B>(initial_model(&config, vocab_size), &train, vec![Default::default(); 2], &data).unwrap();
+            let got = one_epoch(&mut strategy, &data, &train);
+            let diff = relative_difference(&strategy.model().parameter_values(), &vanilla.model().parameter_values());
+            assert!(diff == 0.0, "{name}, {}: parameters differ by {diff:e}", predictor.name());
+            assert_eq!(got.loss, expected.loss, "{name}");
+            assert_eq!(got.extra["sync_steps"], serde_json::json!(14));
+            assert_eq!(got.extra["predicted_steps"], serde_json::json!(0));
+            assert_eq!(got.extra["bytes_per_step"], expected.extra["bytes_per_step"], "periodic triggers send no control messages");
+        }
+    }
+}
+
+#[test]
+fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let cnn = &small_models()[0];
+    let run = |predictor: PredictorConfig| {
+        let sync = sync_config(predictor, TriggerConfig::Periodic { every: 4 });
+        let mut strategy = sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data).unwrap();
+        let stats = one_epoch(&mut strategy, &data, &train);
+        (stats, strategy.model().parameter_values())
+    };
+    let mut vanilla = ModelParallel::<B>::new(initial_model(cnn, vocab_size), &train, &mp(), vec![Default::default(); 2], &data).unwrap();
+    let full = one_epoch(&mut vanilla, &data, &train);
+    let (fixed, fixed_params) = run(PredictorConfig::Static);
+    let (moving, moving_params) = run(PredictorConfig::Velocity { damping: 1.0 });
+    for stats in [&fixed, &moving] {
+        // 14 steps, syncs at 0, 4, 8, 12: the links carry the 4 synced batches only.
+        assert_eq!(stats.extra["sync_steps"], serde_json::json!(4));
+        assert_eq!(stats.extra["predicted_steps"], serde_json::json!(10));
+        assert_eq!(stats.extra["horizons"], serde_json::json!({ "3": 3 }));
+        assert_eq!(stats.samples, data.len(), "every batch of the stream is consumed");
+    }
+    let synced_samples = 12.0 * 4.0;
+    let ratio = fixed.extra["bytes_per_step"].as_f64().unwrap() / full.extra["bytes_per_step"].as_f64().unwrap();
+    assert!((ratio - synced_samples / data.len() as f64).abs() < 1e-9, "bytes ratio {ratio}");
+    assert!(relative_difference(&moving_params, &fixed_params) > 1e-4, "velocity moves the parameters on skipped steps; static does not");
+}
