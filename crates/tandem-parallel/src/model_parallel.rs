@@ -236,7 +236,6 @@ struct StageEpoch {
     /// Samples trained on (last stage), and samples of skipped steps.
     samples: usize,
     skipped_samples: usize,
-    skipped_steps: usize,
     predict: Duration,
     compute: Duration,
     transfer: Duration,
@@ -405,7 +404,6 @@ impl<'a> StageContext<'a> {
                     let predicting = Instant::now();
                     policy.skip(stage);
                     epoch.predict += predicting.elapsed();
-                    epoch.skipped_steps += 1;
                     if last {
                         epoch.skipped_samples += indices.len();
                     }
@@ -668,13 +666,13 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         if !self.policies.is_empty() {
             extra["control_bytes_per_step"] = json!(control as f64 / steps.max(1) as f64);
             extra["predict_seconds"] = json!(epochs.iter().map(|e| e.predict.as_secs_f64()).collect::<Vec<_>>());
-            extra["skipped_steps"] = json!(last.skipped_steps);
         }
         let mut extra = match extra {
             serde_json::Value::Object(map) => map,
             _ => unreachable!("json! of an object literal"),
         };
-        // The first stage's policy speaks for the protocol (sync counts are the same on every stage).
+        // The first stage's policy speaks for the protocol (sync counts are the same on every
+        // stage); control bytes and prediction time are summed or listed per stage above.
         let figures: Vec<_> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
         if let Some(first) = figures.into_iter().next() {
             extra.extend(first);

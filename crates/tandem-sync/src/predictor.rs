@@ -129,7 +129,6 @@ impl PredictorConfig {
 pub struct Forecaster<B: Backend> {
     config: PredictorConfig,
     state: State<B>,
-    observed: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -147,17 +146,11 @@ enum State<B: Backend> {
 
 impl<B: Backend> Forecaster<B> {
     pub fn new(config: &PredictorConfig) -> Self {
-        Self { config: config.clone(), state: State::Empty, observed: 0 }
-    }
-
-    /// Number of real updates observed.
-    pub fn observed(&self) -> usize {
-        self.observed
+        Self { config: config.clone(), state: State::Empty }
     }
 
     /// Records the update Δ of a real (synchronised) step.
     pub fn observe(&mut self, delta: Tensor<B, 1>) {
-        self.observed += 1;
         let state = std::mem::replace(&mut self.state, State::Empty);
         self.state = match (&self.config, state) {
             (PredictorConfig::Static, _) => State::Empty,

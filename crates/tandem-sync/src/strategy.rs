@@ -6,7 +6,6 @@
 //! feeds the predictors.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::backend::AutodiffBackend;
@@ -85,7 +84,6 @@ struct EpochCounts {
     /// Predicted steps between consecutive syncs → how often.
     horizons: BTreeMap<usize, u64>,
     control_bytes: u64,
-    predict_seconds: f64,
     relative_errors: Vec<f64>,
 }
 
@@ -127,28 +125,23 @@ impl<B: AutodiffBackend> PredictivePolicy<B> {
 
 impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
     fn wants_sync(&mut self, stage: &Stage<B>) -> bool {
-        let started = Instant::now();
         let vote = self.trigger.wants_sync(&self.evidence(stage));
         // A stage that asks for a sync its peers cannot foresee sends one alert.
         if vote && self.trigger.counts().1 > 0 && matches!(self.trigger_config(), TriggerConfig::SafeZone { .. } | TriggerConfig::Adaptive { .. }) {
             self.epoch.control_bytes += CONTROL_BYTES;
         }
-        self.epoch.predict_seconds += started.elapsed().as_secs_f64();
         vote
     }
 
     fn before_update(&mut self, stage: &Stage<B>) {
-        let started = Instant::now();
         self.before = flatten(stage.module());
         if self.forecasters.len() != self.before.len() {
             self.forecasters = self.before.iter().map(|_| Forecaster::new(&self.predictor)).collect();
         }
         self.forecast = self.forecasters.iter().map(|f| f.forecast(1)).collect();
-        self.epoch.predict_seconds += started.elapsed().as_secs_f64();
     }
 
     fn after_update(&mut self, stage: &Stage<B>, loss: f64, last_stage: bool) {
-        let started = Instant::now();
         let after = flatten(stage.module());
         let deltas: Flat<B> = after.iter().zip(&self.before).map(|(a, b)| a.clone() - b.clone()).collect();
         let norm = deltas.iter().map(|d| squared_norm(d.clone())).sum::<f64>().sqrt();
@@ -172,11 +165,9 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
         self.trigger.synced(error, norm, loss);
         self.at_sync = after;
         self.epoch.syncs += 1;
-        self.epoch.predict_seconds += started.elapsed().as_secs_f64();
     }
 
     fn skip(&mut self, stage: &mut Stage<B>) {
-        let started = Instant::now();
         let h = self.trigger.since_sync() + 1;
         let updates: Vec<Option<Tensor<B::InnerBackend, 1>>> = self.forecasters.iter().map(|f| f.forecast(h)).collect();
         if updates.iter().any(Option::is_some) {
@@ -184,7 +175,6 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
         }
         self.trigger.predicted();
         self.epoch.predicted += 1;
-        self.epoch.predict_seconds += started.elapsed().as_secs_f64();
     }
 
     fn control_bytes(&self) -> u64 {
@@ -200,8 +190,6 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
             "sync_steps": epoch.syncs,
             "predicted_steps": epoch.predicted,
             "horizons": epoch.horizons.iter().map(|(h, n)| (h.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            "predict_seconds": epoch.predict_seconds,
-            "control_bytes": epoch.control_bytes,
             "relative_error_mean": if errors.is_empty() { serde_json::Value::Null } else { json!(errors.iter().sum::<f64>() / errors.len() as f64) },
         });
         match figures {

@@ -68,6 +68,7 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
         assert_eq!(stats.extra["predicted_steps"], serde_json::json!(10));
         assert_eq!(stats.extra["horizons"], serde_json::json!({ "3": 3 }));
         assert_eq!(stats.samples, data.len(), "every batch of the stream is consumed");
+        assert_eq!(stats.extra["predict_seconds"].as_array().map(Vec::len), Some(2), "prediction time per stage");
     }
     let synced_samples = 12.0 * 4.0;
     let ratio = fixed.extra["bytes_per_step"].as_f64().unwrap() / full.extra["bytes_per_step"].as_f64().unwrap();
