@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use burn::backend::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
-use tandem_models::{Architecture, InputSpec};
+use tandem_models::{Architecture, InputSpec, ModelConfig};
 use tandem_train::testing::reference_model;
 use tandem_train::optim::AnyOptimizer;
 use tandem_train::{gradients, TrainConfig};
@@ -23,12 +23,19 @@ const BATCH: usize = 64;
 const SEQ: usize = 64;
 const VOCAB: usize = 20_000;
 
-/// Samples per second of full training steps within `budget` (at least 3 timed steps).
-fn measure<B: AutodiffBackend>(arch: Architecture, budget: Duration) -> f64 {
+/// Full training steps timed within a budget.
+struct Measured {
+    samples_per_second: f64,
+    /// Fraction of the time spent in the optimizer step (the rest: forward + backward).
+    optimizer_share: f64,
+}
+
+/// Full training steps within `budget` (at least 3 timed steps).
+fn measure<B: AutodiffBackend>(config: &ModelConfig, budget: Duration) -> Measured {
     let device = B::Device::default();
     B::seed(&device, 1);
     let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
-    let mut model = reference_model(arch).init::<B>(&input, &device);
+    let mut model = config.init::<B>(&input, &device);
     let train = TrainConfig::default();
     let mut optimizer = AnyOptimizer::new(&train);
     let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
@@ -41,9 +48,13 @@ fn measure<B: AutodiffBackend>(arch: Architecture, budget: Duration) -> f64 {
         lengths: Tensor::full([BATCH], SEQ as i64, &device),
         labels: labels.clone(),
     };
+    let mut optimizer_time = Duration::ZERO;
     let mut step = |model: tandem_models::Classifier<B>| {
         let (_, grads) = gradients(&model, batch());
-        optimizer.step(1e-3, model, grads)
+        let started = Instant::now();
+        let model = optimizer.step(1e-3, model, grads);
+        optimizer_time += started.elapsed();
+        model
     };
     model = step(model); // warm-up
     let started = Instant::now();
@@ -52,7 +63,12 @@ fn measure<B: AutodiffBackend>(arch: Architecture, budget: Duration) -> f64 {
         model = step(model);
         steps += 1;
     }
-    (steps * BATCH) as f64 / started.elapsed().as_secs_f64()
+    let elapsed = started.elapsed();
+    drop(model);
+    Measured {
+        samples_per_second: (steps * BATCH) as f64 / elapsed.as_secs_f64(),
+        optimizer_share: optimizer_time.as_secs_f64() / (elapsed.as_secs_f64() + 1e-12),
+    }
 }
 
 fn env_list(name: &str) -> Option<Vec<String>> {
@@ -69,31 +85,50 @@ fn main() {
     let threads: Vec<usize> = env_list("TANDEM_BENCH_THREADS")
         .map(|l| l.iter().filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| if cores > 1 { vec![1, cores] } else { vec![1] });
-    let mut backends: Vec<(&str, fn(Architecture, Duration) -> f64)> = Vec::new();
+    let mut backends: Vec<(&str, fn(&ModelConfig, Duration) -> Measured)> = Vec::new();
     #[cfg(feature = "flex")]
     backends.push(("flex", measure::<Autodiff<burn::backend::Flex>>));
     #[cfg(feature = "ndarray")]
     backends.push(("ndarray", measure::<Autodiff<burn::backend::NdArray>>));
     backends.retain(|(name, _)| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name)));
 
-    println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)\n");
+    println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
+    println!("stock: Burn's own Conv1d / LSTM / GRU forward; tandem: the fused forward (same parameters);");
+    println!("in brackets: the share of tandem's step spent in AdamW (the rest is forward + backward)\n");
     print!("| architecture | backend |");
     for t in &threads {
-        print!(" {t} thread{} |", if *t == 1 { "" } else { "s" });
+        let s = if *t == 1 { "" } else { "s" };
+        print!(" stock, {t} thread{s} | tandem, {t} thread{s} | ratio |");
     }
     println!();
-    println!("|---|---|{}", "---:|".repeat(threads.len()));
+    println!("|---|---|{}", "---:|---:|---:|".repeat(threads.len()));
     for arch in &archs {
+        let tandem = reference_model(*arch);
+        let stock = without_fusion(&tandem);
         for (name, measure) in &backends {
             print!("| {} | {name} |", arch.name());
             for &t in &threads {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("thread pool");
-                let rate = pool.install(|| measure(*arch, budget));
-                print!(" {rate:.0} |");
+                let stock_run = pool.install(|| measure(&stock, budget));
+                let tandem_run = if stock == tandem { None } else { Some(pool.install(|| measure(&tandem, budget))) };
+                let tandem_run = tandem_run.as_ref().unwrap_or(&stock_run);
+                let (s, t) = (stock_run.samples_per_second, tandem_run.samples_per_second);
+                print!(" {s:.0} | {t:.0} ({:.0} %) | {:.2}× |", 100.0 * tandem_run.optimizer_share, t / s);
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
             }
             println!();
         }
     }
+}
+
+/// The same model on Burn's stock module forward passes.
+fn without_fusion(config: &ModelConfig) -> ModelConfig {
+    let mut config = config.clone();
+    match &mut config {
+        ModelConfig::Cnn(c) => c.fused = false,
+        ModelConfig::Lstm(c) | ModelConfig::Gru(c) => c.fused = false,
+        ModelConfig::Transformer(_) => {}
+    }
+    config
 }

@@ -10,6 +10,8 @@ use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 
+use crate::fused;
+
 /// What flows from one block (or stage) to the next.
 #[derive(Clone, Debug)]
 pub enum Activation<B: Backend> {
@@ -105,11 +107,16 @@ impl<B: Backend> EmbeddingBlock<B> {
 #[derive(Module, Debug)]
 pub struct ConvPoolBlock<B: Backend> {
     pub(crate) convs: Vec<Conv1d<B>>,
+    /// Runs [`fused::conv_pool`] instead of each Conv1d's own forward.
+    pub(crate) fused: bool,
 }
 
 impl<B: Backend> ConvPoolBlock<B> {
     /// `[batch, seq, embedding]` → `[batch, filters × widths]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 2> {
+        if self.fused {
+            return fused::conv_pool(&self.convs, x);
+        }
         let x = x.swap_dims(1, 2); // [batch, channels, seq], as Conv1d expects
         let pooled = self
             .convs
@@ -133,17 +140,23 @@ pub enum Rnn<B: Backend> {
 #[derive(Module, Debug)]
 pub struct RecurrentBlock<B: Backend> {
     pub(crate) rnn: Rnn<B>,
+    /// Runs the [`fused`] recurrence instead of the Burn module's own forward.
+    pub(crate) fused: bool,
     pub(crate) dropout: Dropout,
 }
 
 impl<B: Backend> RecurrentBlock<B> {
     /// `[batch, seq, in]` → `[batch, seq, hidden × directions]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let out = match &self.rnn {
-            Rnn::Lstm(m) => m.forward(x, None).0,
-            Rnn::BiLstm(m) => m.forward(x, None).0,
-            Rnn::Gru(m) => m.forward(x, None),
-            Rnn::BiGru(m) => m.forward(x, None).0,
+        let out = match (&self.rnn, self.fused) {
+            (Rnn::Lstm(m), true) => fused::lstm(m, x, false),
+            (Rnn::BiLstm(m), true) => fused::bi_lstm(m, x),
+            (Rnn::Gru(m), true) => fused::gru(m, x, false),
+            (Rnn::BiGru(m), true) => fused::bi_gru(m, x),
+            (Rnn::Lstm(m), false) => m.forward(x, None).0,
+            (Rnn::BiLstm(m), false) => m.forward(x, None).0,
+            (Rnn::Gru(m), false) => m.forward(x, None),
+            (Rnn::BiGru(m), false) => m.forward(x, None).0,
         };
         self.dropout.forward(out)
     }

@@ -59,11 +59,14 @@ pub struct CnnConfig {
     pub kernel_widths: Vec<usize>,
     pub embedding_dropout: f64,
     pub dropout: f64,
+    /// All widths as one im2col matmul (`true`), or one Burn `Conv1d` forward per width.
+    /// Same parameters and results either way; only the speed differs.
+    pub fused: bool,
 }
 
 impl Default for CnnConfig {
     fn default() -> Self {
-        Self { embedding_dim: 128, filters: 100, kernel_widths: vec![3, 4, 5], embedding_dropout: 0.0, dropout: 0.5 }
+        Self { embedding_dim: 128, filters: 100, kernel_widths: vec![3, 4, 5], embedding_dropout: 0.0, dropout: 0.5, fused: true }
     }
 }
 
@@ -78,11 +81,14 @@ pub struct RecurrentConfig {
     pub embedding_dropout: f64,
     /// Dropout after each recurrent layer and before the output layer.
     pub dropout: f64,
+    /// One matmul for all gates per step and for the input projection of all steps (`true`),
+    /// or Burn's LSTM / GRU forward. Same parameters and results either way; only the speed differs.
+    pub fused: bool,
 }
 
 impl Default for RecurrentConfig {
     fn default() -> Self {
-        Self { embedding_dim: 128, hidden: 128, layers: 1, bidirectional: false, embedding_dropout: 0.0, dropout: 0.3 }
+        Self { embedding_dim: 128, hidden: 128, layers: 1, bidirectional: false, embedding_dropout: 0.0, dropout: 0.3, fused: true }
     }
 }
 
@@ -197,6 +203,7 @@ impl ModelConfig {
                         .iter()
                         .map(|&w| Conv1dConfig::new(c.embedding_dim, c.filters, w).init(device))
                         .collect(),
+                    fused: c.fused,
                 }),
                 head(c.filters * c.kernel_widths.len(), c.dropout),
             ],
@@ -212,7 +219,7 @@ impl ModelConfig {
                         (false, false) => Rnn::Gru(GruConfig::new(d_in, c.hidden, true).init(device)),
                         (false, true) => Rnn::BiGru(BiGruConfig::new(d_in, c.hidden, true).init(device)),
                     };
-                    blocks.push(Block::Recurrent(RecurrentBlock { rnn, dropout: DropoutConfig::new(c.dropout).init() }));
+                    blocks.push(Block::Recurrent(RecurrentBlock { rnn, fused: c.fused, dropout: DropoutConfig::new(c.dropout).init() }));
                 }
                 blocks.push(head(c.hidden * directions, c.dropout));
                 blocks

@@ -9,6 +9,7 @@
 mod blocks;
 mod classifier;
 mod config;
+pub mod fused;
 
 pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
 pub use classifier::{Classifier, CutError};

@@ -1,0 +1,96 @@
+//! The fused forward passes compute what Burn's stock modules compute: same logits, same
+//! gradient for every parameter.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig};
+
+type B = Autodiff<NdArray>;
+
+const INPUT: InputSpec = InputSpec { vocab_size: 50, max_len: 12, num_classes: 4 };
+
+/// Each fusable shape, built stock (`fused = false`); `with_fused` flips the flag.
+fn stock_configs() -> Vec<ModelConfig> {
+    let recurrent = |layers, bidirectional| RecurrentConfig { embedding_dim: 8, hidden: 6, layers, bidirectional, dropout: 0.0, fused: false, ..Default::default() };
+    vec![
+        ModelConfig::Cnn(CnnConfig { embedding_dim: 8, filters: 5, kernel_widths: vec![2, 3, 5], dropout: 0.0, fused: false, ..Default::default() }),
+        ModelConfig::Cnn(CnnConfig { embedding_dim: 8, filters: 4, kernel_widths: vec![3], dropout: 0.0, fused: false, ..Default::default() }),
+        ModelConfig::Lstm(recurrent(2, false)),
+        ModelConfig::Lstm(recurrent(1, true)),
+        ModelConfig::Gru(recurrent(2, false)),
+        ModelConfig::Gru(recurrent(1, true)),
+    ]
+}
+
+fn with_fused(config: &ModelConfig) -> ModelConfig {
+    let mut config = config.clone();
+    match &mut config {
+        ModelConfig::Cnn(c) => c.fused = true,
+        ModelConfig::Lstm(c) | ModelConfig::Gru(c) => c.fused = true,
+        ModelConfig::Transformer(_) => unreachable!("no fused transformer"),
+    }
+    config
+}
+
+/// Sequences with 12, 7 and 1 real tokens (padding zeroed by the embedding block).
+fn batch() -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
+    let device = Default::default();
+    let mut ids = Vec::new();
+    let mut pad = Vec::new();
+    for (row, len) in [12usize, 7, 1].into_iter().enumerate() {
+        for pos in 0..INPUT.max_len {
+            ids.push(if pos < len { ((row * 13 + pos * 7) % 48 + 2) as i64 } else { 0 });
+            pad.push(pos >= len);
+        }
+    }
+    (Tensor::from_data(TensorData::new(ids, [3, INPUT.max_len]), &device), Tensor::from_data(TensorData::new(pad, [3, INPUT.max_len]), &device))
+}
+
+/// Every parameter's gradient, in visiting order.
+struct CollectGradients<'a>(&'a <B as AutodiffBackend>::Gradients, Vec<Vec<f32>>);
+
+impl ModuleVisitor<B> for CollectGradients<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let grad = param.val().grad(self.0).expect("every parameter takes part in the loss");
+        self.1.push(grad.into_data().iter::<f32>().collect());
+    }
+}
+
+/// Logits and every parameter's gradient of a fixed weighted sum of the logits.
+fn logits_and_gradients(model: &Classifier<B>) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let (tokens, mask) = batch();
+    let logits = model.forward(tokens, &mask);
+    let weights = Tensor::<B, 2>::from_data(TensorData::new((0..12).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(), [3, 4]), &Default::default());
+    let grads = (logits.clone() * weights).sum().backward();
+    let mut collect = CollectGradients(&grads, Vec::new());
+    model.visit(&mut collect);
+    (logits.into_data().iter::<f32>().collect(), collect.1)
+}
+
+fn assert_close(what: &str, expected: &[f32], got: &[f32]) {
+    assert_eq!(expected.len(), got.len(), "{what}: lengths differ");
+    let scale = expected.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    let worst = expected.iter().zip(got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst <= 1e-5 * scale.max(1.0), "{what}: largest difference {worst:e} (largest value {scale:e})");
+}
+
+#[test]
+fn fused_forward_passes_match_the_stock_modules_in_logits_and_every_gradient() {
+    let device = Default::default();
+    for stock_config in stock_configs() {
+        let stock: Classifier<B> = stock_config.init(&INPUT, &device);
+        let fused: Classifier<B> = with_fused(&stock_config).init(&INPUT, &device).with_parameters_of(&stock);
+        assert_eq!(stock.parameter_values(), fused.parameter_values(), "same parameters");
+        let (stock_logits, stock_grads) = logits_and_gradients(&stock);
+        let (fused_logits, fused_grads) = logits_and_gradients(&fused);
+        let name = format!("{stock_config:?}");
+        assert_close(&format!("{name} logits"), &stock_logits, &fused_logits);
+        assert_eq!(stock_grads.len(), fused_grads.len());
+        for (i, (s, f)) in stock_grads.iter().zip(&fused_grads).enumerate() {
+            assert!(s.iter().any(|v| *v != 0.0), "{name}: parameter {i} has a zero gradient, the test would prove nothing");
+            assert_close(&format!("{name} gradient of parameter {i}"), s, f);
+        }
+    }
+}
