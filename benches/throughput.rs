@@ -17,7 +17,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use tandem_models::{Architecture, InputSpec, ModelConfig};
 use tandem_train::testing::reference_model;
 use tandem_train::optim::AnyOptimizer;
-use tandem_train::{gradients, TrainConfig};
+use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
 
 const BATCH: usize = 64;
 const SEQ: usize = 64;
@@ -31,13 +31,13 @@ struct Measured {
 }
 
 /// Full training steps within `budget` (at least 3 timed steps).
-fn measure<B: AutodiffBackend>(config: &ModelConfig, budget: Duration) -> Measured {
+fn measure<B: AutodiffBackend>(config: &ModelConfig, embedding_update: EmbeddingUpdate, budget: Duration) -> Measured {
     let device = B::Device::default();
     B::seed(&device, 1);
     let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
     let mut model = config.init::<B>(&input, &device);
-    let train = TrainConfig::default();
-    let mut optimizer = AnyOptimizer::new(&train);
+    let train = TrainConfig { embedding_update, ..Default::default() };
+    let mut optimizer = AnyOptimizer::for_model(&train, &model);
     let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [BATCH, SEQ]), &device);
     let mask = Tensor::<B, 2, Int>::zeros([BATCH, SEQ], &device).equal_elem(1);
@@ -85,7 +85,7 @@ fn main() {
     let threads: Vec<usize> = env_list("TANDEM_BENCH_THREADS")
         .map(|l| l.iter().filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| if cores > 1 { vec![1, cores] } else { vec![1] });
-    let mut backends: Vec<(&str, fn(&ModelConfig, Duration) -> Measured)> = Vec::new();
+    let mut backends: Vec<(&str, fn(&ModelConfig, EmbeddingUpdate, Duration) -> Measured)> = Vec::new();
     #[cfg(feature = "flex")]
     backends.push(("flex", measure::<Autodiff<burn::backend::Flex>>));
     #[cfg(feature = "ndarray")]
@@ -93,15 +93,16 @@ fn main() {
     backends.retain(|(name, _)| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name)));
 
     println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
-    println!("stock: Burn's own Conv1d / LSTM / GRU forward; tandem: the fused forward (same parameters);");
-    println!("in brackets: the share of tandem's step spent in AdamW (the rest is forward + backward)\n");
+    println!("stock: Burn's own Conv1d / LSTM / GRU forward and dense AdamW; fused: Tandem's fused forward (same");
+    println!("parameters); lazy embedding: AdamW only on the embedding rows of the batch. Ratios are to stock;");
+    println!("in brackets: the share of the step spent in AdamW (the rest is forward + backward)\n");
     print!("| architecture | backend |");
     for t in &threads {
         let s = if *t == 1 { "" } else { "s" };
-        print!(" stock, {t} thread{s} | tandem, {t} thread{s} | ratio |");
+        print!(" stock, {t} thread{s} | fused | ratio | fused + lazy embedding | ratio |");
     }
     println!();
-    println!("|---|---|{}", "---:|---:|---:|".repeat(threads.len()));
+    println!("|---|---|{}", "---:|---:|---:|---:|---:|".repeat(threads.len()));
     for arch in &archs {
         let tandem = reference_model(*arch);
         let stock = without_fusion(&tandem);
@@ -109,11 +110,16 @@ fn main() {
             print!("| {} | {name} |", arch.name());
             for &t in &threads {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("thread pool");
-                let stock_run = pool.install(|| measure(&stock, budget));
-                let tandem_run = if stock == tandem { None } else { Some(pool.install(|| measure(&tandem, budget))) };
-                let tandem_run = tandem_run.as_ref().unwrap_or(&stock_run);
-                let (s, t) = (stock_run.samples_per_second, tandem_run.samples_per_second);
-                print!(" {s:.0} | {t:.0} ({:.0} %) | {:.2}× |", 100.0 * tandem_run.optimizer_share, t / s);
+                let stock_run = pool.install(|| measure(&stock, EmbeddingUpdate::Dense, budget));
+                let fused_run = if stock == tandem { None } else { Some(pool.install(|| measure(&tandem, EmbeddingUpdate::Dense, budget))) };
+                let fused_run = fused_run.as_ref().unwrap_or(&stock_run);
+                let lazy_run = pool.install(|| measure(&tandem, EmbeddingUpdate::Lazy, budget));
+                let s = stock_run.samples_per_second;
+                print!(" {s:.0} ({:.0} %) |", 100.0 * stock_run.optimizer_share);
+                for run in [fused_run, &lazy_run] {
+                    let r = run.samples_per_second;
+                    print!(" {r:.0} ({:.0} %) | {:.2}× |", 100.0 * run.optimizer_share, r / s);
+                }
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
             }

@@ -117,7 +117,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
                 rank,
                 exchange: GradientExchange::new(&model, rank, config.replicas, config.all_reduce, config.bucket_bytes(), config.sparse_embedding),
                 model: Some(model.clone().fork(&device)),
-                optimizer: AnyOptimizer::new(train),
+                optimizer: AnyOptimizer::for_model(train, &model),
                 device,
             })
             .collect();

@@ -56,8 +56,8 @@ impl<B: AutodiffBackend> Stage<B> {
     /// A stage computing `module` on `device`, with its own optimizer state.
     pub fn new(module: Classifier<B>, train: &TrainConfig, device: B::Device) -> Self {
         Self {
+            optimizer: AnyOptimizer::for_model(train, &module),
             module: Some(module.fork(&device)),
-            optimizer: AnyOptimizer::new(train),
             device,
             pending: HashMap::new(),
             grads: GradientsAccumulator::new(),

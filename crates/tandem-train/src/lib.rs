@@ -20,7 +20,7 @@ use tandem_data::Encoded;
 use tandem_models::Classifier;
 
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
-pub use optim::{AnyOptimizer, LrSchedule, OptimizerKind};
+pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
 pub use step::{evaluate, gradients, loss, Evaluation};
 
@@ -46,6 +46,9 @@ pub struct TrainConfig {
     pub grad_clip_norm: Option<f64>,
     /// Compute threads per device (on a CPU backend a device is this many cores).
     pub threads: usize,
+    /// How Adam / AdamW update the token-embedding table: every row (`dense`, exact Adam), or only
+    /// the rows that received gradient in the step (`lazy`).
+    pub embedding_update: EmbeddingUpdate,
 }
 
 impl Default for TrainConfig {
@@ -65,6 +68,7 @@ impl Default for TrainConfig {
             min_lr_fraction: 0.05,
             grad_clip_norm: Some(5.0),
             threads: 1,
+            embedding_update: EmbeddingUpdate::Dense,
         }
     }
 }

@@ -1,10 +1,14 @@
 //! Optimizers, learning-rate schedules and global-norm gradient clipping.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer, adaptor::OptimizerAdaptor};
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{ElementConversion, Tensor};
+use burn::optim::{
+    Adam, AdamConfig, AdamState, AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams, Optimizer, SimpleOptimizer,
+};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, IndexingUpdateOp, Int, Tensor};
+use tandem_models::Classifier;
 use serde::{Deserialize, Serialize};
 
 use crate::TrainConfig;
@@ -17,6 +21,21 @@ pub enum OptimizerKind {
     Adam,
     /// Adam with decoupled weight decay (Loshchilov & Hutter).
     Adamw,
+}
+
+/// How Adam / AdamW update the token-embedding table.
+///
+/// A batch touches a few thousand of the table's rows; the others get a zero gradient. Exact
+/// (`dense`) Adam still decays every row's moments and moves every row whose moments are non-zero,
+/// which costs a pass over the whole table each step. `lazy` (TensorFlow's LazyAdam, PyTorch's
+/// SparseAdam) updates only the rows with a non-zero gradient: an untouched row keeps its value
+/// and moments, weight decay included, and the bias correction uses the global step count. It
+/// equals dense Adam on rows that are touched at every step, and differs elsewhere.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum EmbeddingUpdate {
+    Dense,
+    Lazy,
 }
 
 /// How the learning rate evolves after the linear warm-up.
@@ -46,42 +65,58 @@ pub fn learning_rate(config: &TrainConfig, step: usize, total_steps: usize) -> f
     }
 }
 
-/// Adam or AdamW over a module `M`, chosen at run time.
+/// Adam or AdamW over a module `M`, chosen at run time; optionally lazy on one embedding table.
 #[derive(Clone)]
-pub enum AnyOptimizer<M: AutodiffModule<B>, B: AutodiffBackend> {
+pub struct AnyOptimizer<M: AutodiffModule<B>, B: AutodiffBackend> {
+    whole: Whole<M, B>,
+    lazy: Option<LazyRows<B::InnerBackend>>,
+}
+
+#[derive(Clone)]
+enum Whole<M: AutodiffModule<B>, B: AutodiffBackend> {
     Adam(OptimizerAdaptor<Adam, M, B>),
     AdamW(OptimizerAdaptor<AdamW, M, B>),
 }
 
+fn adam_config(config: &TrainConfig) -> AdamConfig {
+    AdamConfig::new()
+        .with_beta_1(config.beta1 as f32)
+        .with_beta_2(config.beta2 as f32)
+        .with_epsilon(config.epsilon as f32)
+        .with_weight_decay((config.weight_decay > 0.0).then(|| WeightDecayConfig::new(config.weight_decay as f32)))
+}
+
+fn adamw_config(config: &TrainConfig) -> AdamWConfig {
+    AdamWConfig::new()
+        .with_beta_1(config.beta1 as f32)
+        .with_beta_2(config.beta2 as f32)
+        .with_epsilon(config.epsilon as f32)
+        .with_weight_decay(config.weight_decay as f32)
+}
+
 impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
-    /// Builds the optimizer the training config asks for (clipping is done separately, globally).
+    /// Builds the optimizer the training config asks for, dense on every parameter (clipping
+    /// is done separately, globally). [`AnyOptimizer::for_model`] honours `embedding_update`.
     pub fn new(config: &TrainConfig) -> Self {
-        let (b1, b2, eps) = (config.beta1 as f32, config.beta2 as f32, config.epsilon as f32);
-        match config.optimizer {
-            OptimizerKind::Adam => Self::Adam(
-                AdamConfig::new()
-                    .with_beta_1(b1)
-                    .with_beta_2(b2)
-                    .with_epsilon(eps)
-                    .with_weight_decay((config.weight_decay > 0.0).then(|| WeightDecayConfig::new(config.weight_decay as f32)))
-                    .init(),
-            ),
-            OptimizerKind::Adamw => Self::AdamW(
-                AdamWConfig::new()
-                    .with_beta_1(b1)
-                    .with_beta_2(b2)
-                    .with_epsilon(eps)
-                    .with_weight_decay(config.weight_decay as f32)
-                    .init(),
-            ),
-        }
+        let whole = match config.optimizer {
+            OptimizerKind::Adam => Whole::Adam(adam_config(config).init()),
+            OptimizerKind::Adamw => Whole::AdamW(adamw_config(config).init()),
+        };
+        Self { whole, lazy: None }
     }
 
     /// One optimizer step with learning rate `lr`.
-    pub fn step(&mut self, lr: f64, module: M, grads: GradientsParams) -> M {
-        match self {
-            Self::Adam(o) => o.step(lr, module, grads),
-            Self::AdamW(o) => o.step(lr, module, grads),
+    pub fn step(&mut self, lr: f64, module: M, mut grads: GradientsParams) -> M {
+        let module = match &mut self.lazy {
+            Some(lazy) => match grads.remove::<B::InnerBackend, 2>(lazy.id) {
+                Some(grad) => module.map(&mut LazyStep { rows: lazy, grad: Some(grad), lr }),
+                None => module,
+            },
+            None => module,
+        };
+        match &mut self.whole {
+            Whole::Adam(o) => o.step(lr, module, grads),
+            Whole::AdamW(o) => o.step(lr, module, grads),
         }
     }
 
@@ -93,6 +128,97 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
             clip_gradient_norm(&module, &mut grads, max_norm);
         }
         self.step(learning_rate(config, step, total_steps), module, grads)
+    }
+}
+
+impl<B: AutodiffBackend> AnyOptimizer<Classifier<B>, B> {
+    /// [`AnyOptimizer::new`], lazy on `model`'s token-embedding table when the config asks for
+    /// it (and the model, or stage, holds that table).
+    pub fn for_model(config: &TrainConfig, model: &Classifier<B>) -> Self {
+        let mut optimizer = Self::new(config);
+        if config.embedding_update == EmbeddingUpdate::Lazy {
+            optimizer.lazy = model.token_embedding_id().map(|id| LazyRows::new(id, config));
+        }
+        optimizer
+    }
+}
+
+/// Adam / AdamW state of one 2-D table, updated only on the rows a step's gradient touches.
+#[derive(Clone)]
+struct LazyRows<B: Backend> {
+    id: ParamId,
+    rule: LazyRule,
+    /// First and second moments of every row (zeros before the first step).
+    moments: Option<(Tensor<B, 2>, Tensor<B, 2>)>,
+    /// Steps taken (the bias correction's global step count).
+    time: usize,
+}
+
+/// Burn's own Adam / AdamW, applied to the touched rows only.
+#[derive(Clone)]
+enum LazyRule {
+    Adam(Adam),
+    AdamW(AdamW),
+}
+
+impl<B: Backend> LazyRows<B> {
+    fn new(id: ParamId, config: &TrainConfig) -> Self {
+        let rule = match config.optimizer {
+            OptimizerKind::Adam => LazyRule::Adam(adam_config(config).build()),
+            OptimizerKind::Adamw => LazyRule::AdamW(adamw_config(config).build()),
+        };
+        Self { id, rule, moments: None, time: 0 }
+    }
+
+    /// `table` after one step with `grad`, on the rows where `grad` is non-zero.
+    fn step(&mut self, lr: f64, table: Tensor<B, 2>, grad: Tensor<B, 2>) -> Tensor<B, 2> {
+        let (m, v) = self.moments.take().unwrap_or_else(|| (table.zeros_like(), table.zeros_like()));
+        let rows: Tensor<B, 1, Int> = grad.clone().abs().sum_dim(1).squeeze_dim::<1>(1).greater_elem(0.0).argwhere().squeeze_dim(1);
+        if rows.dims()[0] == 0 {
+            self.moments = Some((m, v));
+            self.time += 1;
+            return table;
+        }
+        let pick = |t: &Tensor<B, 2>| t.clone().select(0, rows.clone());
+        let (old_rows, old_m, old_v) = (pick(&table), pick(&m), pick(&v));
+        let momentum = AdaptiveMomentumState { time: self.time, moment_1: old_m.clone(), moment_2: old_v.clone(), max_moment_2: None };
+        let (new_rows, momentum) = match &self.rule {
+            LazyRule::Adam(o) => {
+                let (rows, state) = o.step(lr, old_rows.clone(), pick(&grad), Some(AdamState::new(momentum)));
+                (rows, state.expect("Adam keeps a state").momentum)
+            }
+            LazyRule::AdamW(o) => {
+                let (rows, state) = o.step(lr, old_rows.clone(), pick(&grad), Some(AdamWState::new(momentum)));
+                (rows, state.expect("AdamW keeps a state").momentum)
+            }
+        };
+        // Written back as increments: `select_assign` adds on every backend.
+        let update = |t: Tensor<B, 2>, new: Tensor<B, 2>, old: Tensor<B, 2>| t.select_assign(0, rows.clone(), new - old, IndexingUpdateOp::Add);
+        self.moments = Some((update(m, momentum.moment_1, old_m), update(v, momentum.moment_2, old_v)));
+        self.time = momentum.time;
+        update(table, new_rows, old_rows)
+    }
+}
+
+/// Applies a [`LazyRows`] step to the one parameter it owns.
+struct LazyStep<'a, B: AutodiffBackend> {
+    rows: &'a mut LazyRows<B::InnerBackend>,
+    grad: Option<Tensor<B::InnerBackend, 2>>,
+    lr: f64,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for LazyStep<'_, B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if param.id != self.rows.id || D != 2 {
+            return param;
+        }
+        let Some(grad) = self.grad.take() else { return param };
+        param.map(|tensor| {
+            let dims = tensor.dims();
+            let table = tensor.inner().reshape([dims[0], dims[1]]);
+            let updated = self.rows.step(self.lr, table, grad);
+            Tensor::from_inner(updated.reshape(dims)).require_grad()
+        })
     }
 }
 

@@ -17,7 +17,8 @@ pub struct Sequential<B: AutodiffBackend> {
 impl<B: AutodiffBackend> Sequential<B> {
     /// Takes ownership of `model`, which must live on `device`.
     pub fn new(model: Classifier<B>, config: &TrainConfig, device: B::Device) -> Self {
-        Self { model: Some(model), optimizer: AnyOptimizer::new(config), config: config.clone(), device }
+        let optimizer = AnyOptimizer::for_model(config, &model);
+        Self { model: Some(model), optimizer, config: config.clone(), device }
     }
 }
 

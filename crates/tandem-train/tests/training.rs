@@ -100,3 +100,50 @@ fn clipping_bounds_the_global_gradient_norm() {
     let after = gradient_norm(&model, &grads);
     assert!((after - before / 4.0).abs() < 1e-3 * before, "{after} vs {}", before / 4.0);
 }
+
+/// Lazy embedding updates equal dense Adam / AdamW on the rows every step touches and leave the
+/// other rows alone; everything else trains identically.
+#[test]
+fn lazy_embedding_updates_touch_only_the_rows_in_the_batch() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use tandem_train::{AnyOptimizer, EmbeddingUpdate, OptimizerKind};
+    type B = Autodiff<NdArray>;
+    const VOCAB: usize = 30;
+    const DIM: usize = 6;
+    let device = Default::default();
+    let input = InputSpec { vocab_size: VOCAB, max_len: 5, num_classes: 4 };
+    let model_config = ModelConfig::Cnn(tandem_models::CnnConfig { embedding_dim: DIM, filters: 3, kernel_widths: vec![2, 3], dropout: 0.0, ..Default::default() });
+    let initial: Classifier<B> = model_config.init(&input, &device);
+    // Every step sees tokens 2..=9 (no padding), so those rows get a gradient at every step.
+    let ids: Vec<i64> = (0..4 * 5).map(|i| 2 + (i * 3 % 8) as i64).collect();
+    let batch = || tandem_data::Batch {
+        tokens: Tensor::<B, 2, Int>::from_data(TensorData::new(ids.clone(), [4, 5]), &device),
+        mask_pad: Tensor::<B, 2, Int>::zeros([4, 5], &device).equal_elem(1),
+        lengths: Tensor::full([4], 5, &device),
+        labels: Tensor::from_data(TensorData::new(vec![0i64, 1, 2, 3], [4]), &device),
+    };
+    for optimizer in [OptimizerKind::Adam, OptimizerKind::Adamw] {
+        let train = |update| {
+            let cfg = TrainConfig { optimizer, weight_decay: 0.05, learning_rate: 1e-2, embedding_update: update, ..Default::default() };
+            let mut model = initial.clone();
+            let mut opt = AnyOptimizer::for_model(&cfg, &model);
+            for _ in 0..4 {
+                let (_, grads) = gradients(&model, batch());
+                model = opt.step(cfg.learning_rate, model, grads);
+            }
+            model.parameter_values()
+        };
+        let (dense, lazy, start) = (train(EmbeddingUpdate::Dense), train(EmbeddingUpdate::Lazy), initial.parameter_values());
+        let table = VOCAB * DIM; // the embedding table comes first in visiting order
+        for (i, ((d, l), s)) in dense.iter().zip(&lazy).zip(&start).enumerate() {
+            let touched = i >= table || (2..=9).contains(&(i / DIM));
+            if touched {
+                assert!((d - l).abs() <= 1e-5 * d.abs().max(1.0), "{optimizer:?}: value {i} differs: dense {d}, lazy {l}");
+            } else {
+                assert_eq!(l, s, "{optimizer:?}: lazy moved untouched value {i}");
+                assert_ne!(d, s, "{optimizer:?}: dense weight decay should move value {i}");
+            }
+        }
+        assert!(lazy[2 * DIM..10 * DIM].iter().zip(&start[2 * DIM..10 * DIM]).any(|(l, s)| l != s), "touched rows moved");
+    }
+}
