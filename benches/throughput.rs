@@ -105,7 +105,7 @@ fn main() {
     println!("|---|---|{}", "---:|---:|---:|---:|---:|".repeat(threads.len()));
     for arch in &archs {
         let tandem = reference_model(*arch);
-        let stock = without_fusion(&tandem);
+        let stock = tandem.with_fused(false);
         for (name, measure) in &backends {
             print!("| {} | {name} |", arch.name());
             for &t in &threads {
@@ -128,13 +128,3 @@ fn main() {
     }
 }
 
-/// The same model on Burn's stock module forward passes.
-fn without_fusion(config: &ModelConfig) -> ModelConfig {
-    let mut config = config.clone();
-    match &mut config {
-        ModelConfig::Cnn(c) => c.fused = false,
-        ModelConfig::Lstm(c) | ModelConfig::Gru(c) => c.fused = false,
-        ModelConfig::Transformer(_) => {}
-    }
-    config
-}

@@ -81,8 +81,8 @@ pub struct RecurrentConfig {
     pub embedding_dropout: f64,
     /// Dropout after each recurrent layer and before the output layer.
     pub dropout: f64,
-    /// One matmul for all gates per step and for the input projection of all steps (`true`),
-    /// or Burn's LSTM / GRU forward. Same parameters and results either way; only the speed differs.
+    /// Tandem's fused recurrence, a few large matmuls per step (`true`), or Burn's LSTM / GRU
+    /// forward. Same parameters and results either way; only the speed differs.
     pub fused: bool,
 }
 
@@ -129,6 +129,18 @@ impl ModelConfig {
             Self::Gru(_) => Architecture::Gru,
             Self::Transformer(_) => Architecture::Transformer,
         }
+    }
+
+    /// The same model on the fused forward passes (`true`) or on Burn's own (`false`); the
+    /// Transformer has no fused pass and is returned unchanged.
+    pub fn with_fused(&self, fused: bool) -> Self {
+        let mut config = self.clone();
+        match &mut config {
+            Self::Cnn(c) => c.fused = fused,
+            Self::Lstm(c) | Self::Gru(c) => c.fused = fused,
+            Self::Transformer(_) => {}
+        }
+        config
     }
 
     /// Checks the hyper-parameters against the input; the message names the offending field.

@@ -55,7 +55,6 @@ impl<B: Backend> GateWeights<B> {
             hidden_bias: biases(|g| &g.hidden_transform),
         }
     }
-
 }
 
 /// The time steps of `x` (`[batch, seq, d_in]`), each `[batch, d_in]`.

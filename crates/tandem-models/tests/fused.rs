@@ -11,7 +11,7 @@ type B = Autodiff<NdArray>;
 
 const INPUT: InputSpec = InputSpec { vocab_size: 50, max_len: 12, num_classes: 4 };
 
-/// Each fusable shape, built stock (`fused = false`); `with_fused` flips the flag.
+/// Each fusable shape, built stock (`fused = false`).
 fn stock_configs() -> Vec<ModelConfig> {
     let recurrent = |layers, bidirectional| RecurrentConfig { embedding_dim: 8, hidden: 6, layers, bidirectional, dropout: 0.0, fused: false, ..Default::default() };
     vec![
@@ -22,16 +22,6 @@ fn stock_configs() -> Vec<ModelConfig> {
         ModelConfig::Gru(recurrent(2, false)),
         ModelConfig::Gru(recurrent(1, true)),
     ]
-}
-
-fn with_fused(config: &ModelConfig) -> ModelConfig {
-    let mut config = config.clone();
-    match &mut config {
-        ModelConfig::Cnn(c) => c.fused = true,
-        ModelConfig::Lstm(c) | ModelConfig::Gru(c) => c.fused = true,
-        ModelConfig::Transformer(_) => unreachable!("no fused transformer"),
-    }
-    config
 }
 
 /// Sequences with 12, 7 and 1 real tokens (padding zeroed by the embedding block).
@@ -81,7 +71,7 @@ fn fused_forward_passes_match_the_stock_modules_in_logits_and_every_gradient() {
     let device = Default::default();
     for stock_config in stock_configs() {
         let stock: Classifier<B> = stock_config.init(&INPUT, &device);
-        let fused: Classifier<B> = with_fused(&stock_config).init(&INPUT, &device).with_parameters_of(&stock);
+        let fused: Classifier<B> = stock_config.with_fused(true).init(&INPUT, &device).with_parameters_of(&stock);
         assert_eq!(stock.parameter_values(), fused.parameter_values(), "same parameters");
         let (stock_logits, stock_grads) = logits_and_gradients(&stock);
         let (fused_logits, fused_grads) = logits_and_gradients(&fused);
