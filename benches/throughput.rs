@@ -1,9 +1,12 @@
-//! Training throughput (forward + backward + AdamW step) per architecture, CPU backend and
-//! thread count, at the reference shape: batch 64, sequence 64, vocabulary 20,000,
+//! Training throughput (forward + backward + AdamW step) per architecture, backend and (on
+//! CPU backends) thread count, at the reference shape: batch 64, sequence 64, vocabulary 20,000,
 //! embedding 128; CNN 100 filters × widths 3/4/5; LSTM/GRU hidden 128; Transformer 2 layers,
 //! 4 heads, feed-forward 256.
 //!
-//!     cargo bench -p tandem-experiment --bench throughput
+//!     cargo bench -p tandem-experiment --bench throughput [--features wgpu,cuda]
+//!
+//! Every backend compiled in is measured; a GPU backend whose device 0 does not start is
+//! skipped with a message. GPU rows fill only the first thread-count column.
 //!
 //! Environment: `TANDEM_BENCH_SECONDS` (time budget per cell, default 8),
 //! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`), `TANDEM_BENCH_BACKENDS` (e.g. `flex`),
@@ -56,19 +59,32 @@ fn measure<B: AutodiffBackend>(config: &ModelConfig, embedding_update: Embedding
         optimizer_time += started.elapsed();
         model
     };
-    model = step(model); // warm-up
+    model = step(model); // warm-up (and, on a GPU, kernel compilation)
+    B::sync(&device).expect("the device finishes its queued work");
     let started = Instant::now();
     let mut steps = 0;
     while steps < 3 || started.elapsed() < budget {
         model = step(model);
         steps += 1;
     }
+    // GPU backends queue work asynchronously: count it only once it has run.
+    B::sync(&device).expect("the device finishes its queued work");
     let elapsed = started.elapsed();
     drop(model);
     Measured {
         samples_per_second: (steps * BATCH) as f64 / elapsed.as_secs_f64(),
         optimizer_share: optimizer_time.as_secs_f64() / (elapsed.as_secs_f64() + 1e-12),
     }
+}
+
+/// Whether the backend's default device starts here (skipped with a message if not).
+#[allow(dead_code)]
+fn gpu_starts<B: burn::tensor::backend::Backend>(name: &str) -> bool {
+    let started = tandem_experiment::backend::probe_device::<B>(&format!("{name}:0"), &Default::default());
+    if let Err(e) = &started {
+        eprintln!("skipped {name}: {e}");
+    }
+    started.is_ok()
 }
 
 fn env_list(name: &str) -> Option<Vec<String>> {
@@ -85,12 +101,21 @@ fn main() {
     let threads: Vec<usize> = env_list("TANDEM_BENCH_THREADS")
         .map(|l| l.iter().filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| if cores > 1 { vec![1, cores] } else { vec![1] });
-    let mut backends: Vec<(&str, fn(&ModelConfig, EmbeddingUpdate, Duration) -> Measured)> = Vec::new();
+    // (name, computes on the CPU, measure)
+    let mut backends: Vec<(&str, bool, fn(&ModelConfig, EmbeddingUpdate, Duration) -> Measured)> = Vec::new();
     #[cfg(feature = "flex")]
-    backends.push(("flex", measure::<Autodiff<burn::backend::Flex>>));
+    backends.push(("flex", true, measure::<Autodiff<burn::backend::Flex>>));
     #[cfg(feature = "ndarray")]
-    backends.push(("ndarray", measure::<Autodiff<burn::backend::NdArray>>));
-    backends.retain(|(name, _)| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name)));
+    backends.push(("ndarray", true, measure::<Autodiff<burn::backend::NdArray>>));
+    #[cfg(feature = "wgpu")]
+    if gpu_starts::<burn::backend::Wgpu>("wgpu") {
+        backends.push(("wgpu", false, measure::<Autodiff<burn::backend::Wgpu>>));
+    }
+    #[cfg(feature = "cuda")]
+    if gpu_starts::<burn::backend::Cuda>("cuda") {
+        backends.push(("cuda", false, measure::<Autodiff<burn::backend::Cuda>>));
+    }
+    backends.retain(|(name, _, _)| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name)));
 
     println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
     println!("stock: Burn's own Conv1d / LSTM / GRU forward and dense AdamW; fused: Tandem's fused forward (same");
@@ -106,9 +131,13 @@ fn main() {
     for arch in &archs {
         let tandem = reference_model(*arch);
         let stock = tandem.with_fused(false);
-        for (name, measure) in &backends {
+        for (name, cpu, measure) in &backends {
             print!("| {} | {name} |", arch.name());
-            for &t in &threads {
+            for (column, &t) in threads.iter().enumerate() {
+                if !cpu && column > 0 {
+                    print!("{}", " — |".repeat(5));
+                    continue;
+                }
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("thread pool");
                 let stock_run = pool.install(|| measure(&stock, EmbeddingUpdate::Dense, budget));
                 let fused_run = if stock == tandem { None } else { Some(pool.install(|| measure(&tandem, EmbeddingUpdate::Dense, budget))) };

@@ -22,6 +22,10 @@ enum Command {
         /// Backend to run on (overrides the manifest): flex, ndarray, wgpu, cuda.
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Devices to run on (overrides the manifest), e.g. `cuda:0,cuda:1`. Without it,
+        /// `--backend` replaces manifest devices of another backend by its first device.
+        #[arg(long, value_delimiter = ',')]
+        devices: Option<Vec<String>>,
         /// Results root; runs go to <out>/<experiment>/<run-id>/.
         #[arg(long, default_value = "results")]
         out: PathBuf,
@@ -78,9 +82,9 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> Result<(), String> {
     match command {
-        Command::Run { manifest, backend, out, offline } => {
+        Command::Run { manifest, backend, devices, out, offline } => {
             let manifest = Manifest::load(&manifest).map_err(|e| e.to_string())?;
-            let options = RunOptions { backend, out, progress: std::io::stderr().is_terminal() };
+            let options = RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal() };
             let summaries = match run(&manifest, &options) {
                 Err(e) if e.is_missing_data() && !offline => {
                     let dir = manifest.data_dir();

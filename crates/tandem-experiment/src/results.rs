@@ -63,6 +63,10 @@ pub struct RunSummary {
     pub strategy: String,
     pub backend: String,
     pub devices: Vec<String>,
+    /// Several replicas or stages ran on one GPU (a correctness check: its speed says nothing
+    /// about scaling). Always false on CPU backends, where each replica or stage has its own cores.
+    #[serde(default)]
+    pub shared_devices: bool,
     /// The machine that ran it (see [`machine_description`]); empty in results older than the field.
     #[serde(default)]
     pub machine: String,

@@ -16,8 +16,11 @@ use crate::results::{self, RunStatus, RunSummary};
 /// Command-line choices that override or complete the manifest.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Overrides `[experiment] backend`.
+    /// Overrides `[experiment] backend`. Without `devices`, manifest devices of another backend
+    /// are replaced by this backend's first device (`cpu`, `wgpu:0`, `cuda:0`).
     pub backend: Option<BackendKind>,
+    /// Overrides `[experiment] devices`.
+    pub devices: Option<Vec<String>>,
     /// Results root (runs go to `<out>/<experiment>/<run-id>/`).
     pub out: PathBuf,
     /// Draw progress bars (only shown on a terminal).
@@ -26,7 +29,7 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { backend: None, out: PathBuf::from("results"), progress: true }
+        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true }
     }
 }
 
@@ -88,13 +91,7 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
             BackendKind::compiled().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
         )));
     }
-    let devices: Vec<DeviceSpec> = manifest
-        .experiment
-        .devices
-        .iter()
-        .map(|d| d.parse::<DeviceSpec>().and_then(|s| s.check_backend(backend).map(|_| s)))
-        .collect::<Result<_, _>>()
-        .map_err(|m| RunError::Config(format!("{}: [experiment] devices: {m}", manifest.source.display())))?;
+    let devices = run_devices(manifest, options, backend)?;
     let data = prepare_data(manifest)?;
     let mut summaries = Vec::new();
     for model in &manifest.models {
@@ -109,6 +106,26 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
         return Err(RunError::RunsFailed { failed, total: summaries.len() });
     }
     Ok(summaries)
+}
+
+/// The devices to run on: `--devices`, else the manifest's, else (when `--backend` chose a
+/// backend the manifest's devices do not belong to) that backend's first device.
+fn run_devices(manifest: &Manifest, options: &RunOptions, backend: BackendKind) -> Result<Vec<DeviceSpec>, RunError> {
+    let parse = |names: &[String], origin: &str| {
+        names
+            .iter()
+            .map(|d| d.parse::<DeviceSpec>().and_then(|s| s.check_backend(backend).map(|_| s)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|m| RunError::Config(format!("{origin}: {m}")))
+    };
+    if let Some(names) = &options.devices {
+        return parse(names, "--devices");
+    }
+    let from_manifest = parse(&manifest.experiment.devices, &format!("{}: [experiment] devices", manifest.source.display()));
+    match (from_manifest, options.backend) {
+        (Err(_), Some(_)) => Ok(vec![DeviceSpec::first_of(backend)]),
+        (result, _) => result,
+    }
 }
 
 /// Everything a single run needs, independent of the backend type.
@@ -141,6 +158,7 @@ fn run_one(
         .map_err(io_err(&options.out))?;
     let mut resolved = manifest.for_run(entry, strategy, seed);
     resolved.experiment.backend = backend;
+    resolved.experiment.devices = devices.iter().map(ToString::to_string).collect();
     results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
     data.vocab.save(&dir.join("vocab.json"))?;
 
@@ -168,6 +186,7 @@ fn run_one(
         strategy: strategy.label(),
         backend: backend.name().into(),
         devices: outcome.devices,
+        shared_devices: outcome.shared_devices,
         machine: results::machine_description(),
         threads_per_device: threads,
         seed,
@@ -225,38 +244,38 @@ struct Outcome {
     parameters: usize,
     /// The devices the strategy computed on, as the backend names them.
     devices: Vec<String>,
+    /// Several replicas or stages on one GPU.
+    shared_devices: bool,
     error: Option<String>,
 }
 
 impl Outcome {
     fn failed(error: String) -> Self {
-        Self { records: Vec::new(), parameters: 0, devices: Vec::new(), error: Some(error) }
+        Self { records: Vec::new(), parameters: 0, devices: Vec::new(), shared_devices: false, error: Some(error) }
     }
 }
 
 /// Picks the concrete backend type and the devices for a run.
+#[allow(unused_variables)] // `devices`: only GPU backends read it
 fn dispatch(backend: BackendKind, devices: &[DeviceSpec], ctx: &RunContext) -> Outcome {
     use burn::backend::Autodiff;
     // CPU backends have one device (a device is `threads` cores); GPU backends pick by index.
-    #[allow(unused_variables)]
-    let indices = || devices.iter().map(|d| d.index);
+    fn cpu<D: Default>() -> Vec<(String, D)> {
+        vec![("cpu".to_string(), D::default())]
+    }
+    #[allow(dead_code)]
+    fn gpus<D>(devices: &[DeviceSpec], device: impl Fn(usize) -> D) -> Vec<(String, D)> {
+        devices.iter().map(|d| (d.to_string(), device(d.index))).collect()
+    }
     match backend {
         #[cfg(feature = "flex")]
-        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(vec![Default::default()], true, ctx),
+        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(cpu(), true, ctx),
         #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(vec![Default::default()], true, ctx),
+        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(cpu(), true, ctx),
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => train_on::<Autodiff<burn::backend::Wgpu>>(
-            indices()
-                .map(|i| if i == 0 { burn::backend::wgpu::WgpuDevice::DefaultDevice } else { burn::backend::wgpu::WgpuDevice::DiscreteGpu(i) })
-                .collect(),
-            false,
-            ctx,
-        ),
+        BackendKind::Wgpu => train_on::<Autodiff<burn::backend::Wgpu>>(gpus(devices, crate::backend::wgpu_device), false, ctx),
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => {
-            train_on::<Autodiff<burn::backend::Cuda>>(indices().map(burn::backend::cuda::CudaDevice::new).collect(), false, ctx)
-        }
+        BackendKind::Cuda => train_on::<Autodiff<burn::backend::Cuda>>(gpus(devices, burn::backend::cuda::CudaDevice::new), false, ctx),
         #[allow(unreachable_patterns)]
         other => Outcome::failed(format!("backend `{other}` is not compiled into this build")),
     }
@@ -273,8 +292,35 @@ fn devices_for<D: Clone>(available: &[D], n: usize, cpu: bool) -> Result<Vec<D>,
 }
 
 /// Builds the model and strategy on backend `B` and trains, writing `epochs.jsonl` as it goes.
-/// `cpu`: the backend has one device, which every replica or stage shares (one core each).
-fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, cpu: bool, ctx: &RunContext) -> Outcome {
+/// `devices`: the manifest's devices with their names. `cpu`: the backend has one device, which
+/// every replica or stage shares (one core each); a GPU device is probed before use.
+fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ctx: &RunContext) -> Outcome {
+    let used = match devices_for(&devices, ctx.strategy.num_devices(), cpu) {
+        Ok(used) => used,
+        Err(e) => return Outcome::failed(e),
+    };
+    let mut distinct: Vec<&(String, B::Device)> = Vec::new();
+    for pair in &used {
+        if !distinct.iter().any(|(name, _)| *name == pair.0) {
+            distinct.push(pair);
+        }
+    }
+    if !cpu {
+        for (name, device) in &distinct {
+            if let Err(e) = crate::backend::probe_device::<B>(name, device) {
+                return Outcome::failed(e);
+            }
+        }
+    }
+    let shared_devices = !cpu && distinct.len() < used.len();
+    if shared_devices {
+        eprintln!(
+            "note: {} replicas or stages share {} GPU(s): a correctness check, not a speedup measurement",
+            used.len(),
+            distinct.len()
+        );
+    }
+    let devices: Vec<B::Device> = used.into_iter().map(|(_, device)| device).collect();
     let device = devices[0].clone();
     let train = &ctx.entry.train;
     let input = InputSpec {
@@ -287,19 +333,15 @@ fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, cpu: bool, ctx: &RunCon
     let parameters = model.parameter_count();
     let built: Result<Box<dyn Strategy<B>>, String> = match ctx.strategy {
         StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
-        StrategyConfig::DataParallel(dp) => devices_for(&devices, dp.replicas, cpu)
-            .and_then(|replica_devices| DataParallel::new(model, train, dp, replica_devices))
-            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
-        StrategyConfig::ModelParallel(mp) => devices_for(&devices, mp.stages, cpu)
-            .and_then(|stage_devices| ModelParallel::new(model, train, mp, stage_devices, &ctx.data.train))
-            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
-        StrategyConfig::PredictiveSync(sync) => devices_for(&devices, sync.model_parallel.stages, cpu)
-            .and_then(|stage_devices| sync.build(model, train, stage_devices, &ctx.data.train))
-            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::DataParallel(dp) => DataParallel::new(model, train, dp, devices).map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::ModelParallel(mp) => {
+            ModelParallel::new(model, train, mp, devices, &ctx.data.train).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
+        }
+        StrategyConfig::PredictiveSync(sync) => sync.build(model, train, devices, &ctx.data.train).map(|s| Box::new(s) as Box<dyn Strategy<B>>),
     };
     let mut strategy = match built {
         Ok(strategy) => strategy,
-        Err(e) => return Outcome { parameters, ..Outcome::failed(e) },
+        Err(e) => return Outcome { parameters, shared_devices, ..Outcome::failed(e) },
     };
     let epochs_path = ctx.dir.join("epochs.jsonl");
     let mut written: Vec<EpochRecord> = Vec::new();
@@ -328,8 +370,8 @@ fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, cpu: bool, ctx: &RunCon
     let saved = save_model(&strategy.model(), &ctx.dir.join("model"));
     let devices = strategy.devices();
     match result.map_err(|e| e.to_string()).and_then(|records| saved.map(|()| records)) {
-        Ok(records) => Outcome { records, parameters, devices, error: None },
-        Err(e) => Outcome { records: written, parameters, devices, error: Some(e) },
+        Ok(records) => Outcome { records, parameters, devices, shared_devices, error: None },
+        Err(e) => Outcome { records: written, parameters, devices, shared_devices, error: Some(e) },
     }
 }
 
@@ -341,4 +383,34 @@ fn save_model<B: AutodiffBackend>(model: &Classifier<B>, path: &Path) -> Result<
         .clone()
         .save_file(path, &BinFileRecorder::<FullPrecisionSettings>::new())
         .map_err(|e| format!("cannot save the model to {}.bin: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(devices: &str) -> Manifest {
+        let text = format!("[experiment]\nname = \"d\"\nbackend = \"flex\"\ndevices = {devices}\n[[models]]\nname = \"cnn\"\narchitecture = \"cnn\"\n");
+        Manifest::parse(&text, Path::new("d.toml")).unwrap()
+    }
+
+    fn resolve(devices: &str, backend: Option<BackendKind>, flag: Option<&[&str]>) -> Result<Vec<String>, String> {
+        let m = manifest(devices);
+        let options = RunOptions { backend, devices: flag.map(|d| d.iter().map(ToString::to_string).collect()), ..Default::default() };
+        run_devices(&m, &options, backend.unwrap_or(m.experiment.backend))
+            .map(|d| d.iter().map(ToString::to_string).collect())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn devices_come_from_the_flag_the_manifest_or_the_chosen_backend() {
+        assert_eq!(resolve(r#"["cpu"]"#, None, None).unwrap(), ["cpu"]);
+        // `--backend cuda` on a CPU manifest: that backend's first device.
+        assert_eq!(resolve(r#"["cpu"]"#, Some(BackendKind::Cuda), None).unwrap(), ["cuda:0"]);
+        assert_eq!(resolve(r#"["cpu"]"#, Some(BackendKind::Wgpu), Some(&["wgpu:0", "wgpu:0"])).unwrap(), ["wgpu:0", "wgpu:0"]);
+        let err = resolve(r#"["cpu"]"#, Some(BackendKind::Cuda), Some(&["cuda:0", "wgpu:1"])).unwrap_err();
+        assert!(err.contains("--devices") && err.contains("wgpu:1") && err.contains("cuda"), "{err}");
+        let err = resolve(r#"["cpu"]"#, None, Some(&["gpu0"])).unwrap_err();
+        assert!(err.contains("--devices") && err.contains("gpu0"), "{err}");
+    }
 }

@@ -1,70 +1,11 @@
 //! A whole (tiny) experiment on the real AG News test split, end to end, on ndarray.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use tandem_experiment::results::RunStatus;
-use tandem_experiment::{run, BackendKind, Manifest, RunOptions, RunSummary};
+use std::path::Path;
 
-/// The AG News directory: `$TANDEM_DATA_DIR` (relative to the workspace root) or `../shared/…`.
-fn data_dir() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = match std::env::var_os("TANDEM_DATA_DIR") {
-        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-        Some(d) => root.join(d),
-        None => root.join("../shared/datasets/ag_news"),
-    };
-    dir.join("test.csv").exists().then_some(dir)
-}
-
-fn manifest(dir: &Path) -> String {
-    format!(
-        r#"
-[experiment]
-name = "tiny"
-seeds = [1]
-backend = "ndarray"
-
-[data]
-dir = "{}"
-max_len = 16
-max_train_rows = 200
-max_holdout_rows = 80
-vocab = {{ max_size = 500, min_freq = 1 }}
-
-[train]
-epochs = 2
-batch_size = 32
-
-[[strategies]]
-kind = "sequential"
-
-[[strategies]]
-kind = "data-parallel"
-replicas = 2
-
-[[strategies]]
-kind = "model-parallel"
-stages = 2
-schedule = "1f1b"
-micro_batches = 4
-
-[[models]]
-name = "gru"
-architecture = "gru"
-embedding_dim = 8
-hidden = 8
-
-[[models]]
-name = "transformer"
-architecture = "transformer"
-d_model = 8
-heads = 2
-layers = 1
-d_ff = 16
-"#,
-        dir.display()
-    )
-}
+use common::{check_results, data_dir, manifest, run_tiny};
+use tandem_experiment::{run, BackendKind, Manifest, RunOptions};
 
 #[test]
 fn a_run_writes_a_complete_results_folder() {
@@ -72,53 +13,16 @@ fn a_run_writes_a_complete_results_folder() {
         eprintln!("skipped: AG News test.csv not found (set TANDEM_DATA_DIR)");
         return;
     };
-    let out = tempfile::tempdir().unwrap();
-    let m = Manifest::parse(&manifest(&data), Path::new("tiny.toml")).unwrap();
-    let options = RunOptions { backend: Some(BackendKind::Ndarray), out: out.path().to_path_buf(), progress: false };
-    let summaries = run(&m, &options).unwrap();
-    assert_eq!(summaries.len(), 6, "2 models × 3 strategies");
-    for s in &summaries {
-        let dir = out.path().join("tiny").join(&s.run_id);
-        for file in ["manifest.toml", "vocab.json", "epochs.jsonl", "summary.json", "model.bin"] {
-            assert!(dir.join(file).is_file(), "{} missing in {}", file, dir.display());
-        }
-        let on_disk: RunSummary = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
-        assert_eq!(&on_disk, s);
-        assert_eq!(s.status, RunStatus::Finished);
-        assert_eq!((s.backend.as_str(), s.seed, s.epochs_completed), ("ndarray", 1, 2));
-        assert!(s.data.contains("test split"), "{}", s.data);
-        assert_eq!((s.train_samples, s.holdout_samples), (200, 80));
-        assert_eq!(s.final_metrics.as_ref().unwrap().confusion.total(), 80);
-        assert_eq!(s.tandem_version, env!("CARGO_PKG_VERSION"));
-        let epochs = std::fs::read_to_string(dir.join("epochs.jsonl")).unwrap();
-        assert_eq!(epochs.lines().count(), 2);
-        // The recorded manifest reproduces the run: it parses and names the model, seed and backend.
-        let recorded = Manifest::load(&dir.join("manifest.toml")).unwrap();
-        assert_eq!(recorded.models.len(), 1);
-        assert_eq!(recorded.models[0].name, s.model);
-        assert_eq!(recorded.experiment.seeds, vec![1]);
-        assert_eq!(recorded.experiment.backend, BackendKind::Ndarray);
-        assert_eq!(recorded.strategies.len(), 1);
-        assert_eq!(recorded.strategies[0].label(), s.strategy);
-        if s.strategy.starts_with("data-parallel") {
-            assert_eq!(s.devices.len(), 2, "one device per replica");
-            let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
-            assert_eq!(last["extra"]["replica_max_abs_difference"], 0.0);
-            assert!(last["extra"]["bytes_sent_per_replica_per_step"].as_f64().unwrap() > 0.0);
-        }
-        if s.strategy.starts_with("model-parallel") {
-            assert_eq!(s.devices.len(), 2, "one device per stage");
-            let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
-            assert_eq!(last["extra"]["cuts"].as_array().unwrap().len(), 1, "balanced by time into 2 stages");
-            assert!(last["extra"]["bytes_per_step"].as_f64().unwrap() > 0.0);
-        }
-    }
+    let (out, result) = run_tiny(&data, BackendKind::Ndarray, &["cpu"]);
+    let summaries = result.unwrap();
+    check_results(out.path(), &summaries, BackendKind::Ndarray);
+    assert!(summaries.iter().all(|s| !s.shared_devices), "CPU replicas and stages have their own cores");
 }
 
 #[test]
 fn a_missing_dataset_is_reported_with_the_fetch_command() {
     let empty = tempfile::tempdir().unwrap();
-    let m = Manifest::parse(&manifest(empty.path()), Path::new("tiny.toml")).unwrap();
+    let m = Manifest::parse(&manifest(empty.path(), "ndarray", &["cpu"]), Path::new("tiny.toml")).unwrap();
     let options = RunOptions { out: empty.path().join("results"), progress: false, ..Default::default() };
     let err = run(&m, &options).unwrap_err();
     assert!(err.is_missing_data());

@@ -148,13 +148,7 @@ fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
             Some(baseline.train_seconds / s.train_seconds.max(1e-12))
         })
         .collect();
-    let devices = format!(
-        "{} × {}, {} thread{} each",
-        first.devices.len(),
-        first.devices.first().map_or("?", |d| d.as_str()),
-        first.threads_per_device,
-        if first.threads_per_device == 1 { "" } else { "s" }
-    );
+    let devices = describe_devices(first);
     Group {
         model: first.model.clone(),
         architecture: first.architecture.clone(),
@@ -215,4 +209,19 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
         .collect();
     front.sort_by(|&i, &j| points[i].0.total_cmp(&points[j].0));
     front
+}
+
+/// E.g. "2 × Cpu, 1 thread each", "2 × Cuda(0), shared" or "Cuda(0), Cuda(1)".
+fn describe_devices(run: &tandem_experiment::RunSummary) -> String {
+    let cpu = matches!(run.backend.as_str(), "flex" | "ndarray");
+    let first = run.devices.first().map_or("?", |d| d.as_str());
+    let all_same = run.devices.iter().all(|d| d == first);
+    match (cpu, all_same) {
+        (true, _) => {
+            let threads = run.threads_per_device;
+            format!("{} × {first}, {threads} thread{} each", run.devices.len(), if threads == 1 { "" } else { "s" })
+        }
+        (false, true) if run.devices.len() > 1 => format!("{} × {first}, shared", run.devices.len()),
+        _ => run.devices.join(", "),
+    }
 }

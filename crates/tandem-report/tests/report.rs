@@ -63,6 +63,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         strategy: spec.strategy.into(),
         backend: "ndarray".into(),
         devices: vec!["cpu".into(), "cpu".into()],
+        shared_devices: false,
         machine: spec.machine.into(),
         threads_per_device: 1,
         seed: spec.seed,
