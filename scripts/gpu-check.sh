@@ -7,13 +7,23 @@
 #   3. data parallel and model parallel (experiments/gpu_check.toml) on the GPUs nvidia-smi
 #      lists (with one GPU, both replicas / stages share it, and the results say so);
 #   4. the throughput benchmark: samples/s per architecture per backend (table on stdout).
+# The whole check has 8 minutes (TANDEM_GPU_CHECK_SECONDS): each step gets what is left, and
+# a step that runs out stops the script with its name, so it never runs past the budget.
 # Usage: scripts/gpu-check.sh [results-dir]   (default: results/gpu-check)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-results/gpu-check}"
 export TANDEM_DATA_DIR="${TANDEM_DATA_DIR:-../shared/datasets/ag_news}"
 features=cuda,wgpu
-step() { echo; echo "== $1 ($(date +%T))"; }
+mkdir -p "$out"
+deadline=$((SECONDS + ${TANDEM_GPU_CHECK_SECONDS:-480}))
+step() { echo; echo "== $1 ($((SECONDS))s into the check)"; }
+# Runs a command within the time left; names the step that ran out.
+within() {
+    local left=$((deadline - SECONDS))
+    [ "$left" -gt 0 ] || { echo "error: the time budget ran out before: $*" >&2; exit 124; }
+    timeout "$left" "$@" || { rc=$?; [ "$rc" = 124 ] && echo "error: the time budget ran out during: $*" >&2; exit "$rc"; }
+}
 
 command -v nvidia-smi >/dev/null || { echo "error: nvidia-smi not found: this script needs an NVIDIA GPU" >&2; exit 1; }
 nvidia-smi -L
@@ -21,23 +31,27 @@ gpus=$(nvidia-smi -L | grep -c '^GPU ')
 if [ "$gpus" -ge 2 ]; then devices=cuda:0,cuda:1; else devices=cuda:0,cuda:0; fi
 
 step "build (release, features $features)"
-timeout 420 cargo build --release --locked -p tandem-cli --features "$features"
-timeout 300 cargo test --release --locked -p tandem-experiment --features "$features" --test gpu_backends --no-run
+# One cargo invocation builds the CLI, the GPU test and the throughput benchmark, so Burn is
+# compiled once (separate invocations resolve other features and compile it again).
+within cargo test --release --locked --no-run -p tandem-experiment -p tandem-cli \
+    --features "tandem-cli/cuda,tandem-cli/wgpu" --tests --benches 2> "$out/build.log" || { tail -40 "$out/build.log"; exit 1; }
+executable() { sed -n "s|.*Executable [^ ]*$1 (\(.*\))|\1|p" "$out/build.log" | head -1; }
+gpu_test=$(executable gpu_backends.rs)
+throughput=$(executable throughput.rs)
+[ -x "$gpu_test" ] && [ -x "$throughput" ] && [ -x target/release/tandem ] || { echo "error: build outputs missing (see $out/build.log)" >&2; exit 1; }
 
 step "1. agreement with ndarray and end-to-end runs (cuda required)"
-TANDEM_REQUIRE_BACKENDS=cuda timeout 300 \
-  cargo test --release --locked -p tandem-experiment --features "$features" --test gpu_backends -- --test-threads 1 --nocapture
+TANDEM_REQUIRE_BACKENDS=cuda within "$gpu_test" --test-threads 1 --nocapture
 
 step "2. quickstart on cuda:0"
-timeout 600 target/release/tandem run experiments/quickstart.toml --backend cuda --devices cuda:0 --out "$out" --offline
+within target/release/tandem run experiments/quickstart.toml --backend cuda --devices cuda:0 --out "$out" --offline
 
 step "3. data parallel and model parallel on $devices ($gpus GPU(s))"
-timeout 600 target/release/tandem run experiments/gpu_check.toml --devices "$devices" --out "$out" --offline
+within target/release/tandem run experiments/gpu_check.toml --devices "$devices" --out "$out" --offline
 target/release/tandem report "$out/gpu_check" --out "$out/gpu_check-report"
 sed -n '/Training time, speedup and accuracy/,/^### Communication/p' "$out/gpu_check-report/report.md"
 
 step "4. throughput, samples/s (reference shape; flex on all cores for comparison)"
-TANDEM_BENCH_SECONDS=3 TANDEM_BENCH_THREADS="$(nproc)" TANDEM_BENCH_BACKENDS=flex,wgpu,cuda timeout 600 \
-  cargo bench --locked -p tandem-experiment --features "$features" --bench throughput
+TANDEM_BENCH_SECONDS=2 TANDEM_BENCH_THREADS="$(nproc)" TANDEM_BENCH_BACKENDS=flex,wgpu,cuda within "$throughput"
 
 step "done"
