@@ -18,11 +18,12 @@ features=cuda,wgpu
 mkdir -p "$out"
 deadline=$((SECONDS + ${TANDEM_GPU_CHECK_SECONDS:-480}))
 step() { echo; echo "== $1 ($((SECONDS))s into the check)"; }
+exec 3>&2 # the script's own stderr, for messages from inside redirected commands
 # Runs a command within the time left; names the step that ran out.
 within() {
     local left=$((deadline - SECONDS))
-    [ "$left" -gt 0 ] || { echo "error: the time budget ran out before: $*" >&2; exit 124; }
-    timeout "$left" "$@" || { rc=$?; [ "$rc" = 124 ] && echo "error: the time budget ran out during: $*" >&2; exit "$rc"; }
+    [ "$left" -gt 0 ] || { echo "error: the time budget ran out before: $*" >&3; exit 124; }
+    timeout "$left" "$@" || { rc=$?; [ "$rc" = 124 ] && echo "error: the time budget ran out during: $*" >&3; exit "$rc"; }
 }
 
 command -v nvidia-smi >/dev/null || { echo "error: nvidia-smi not found: this script needs an NVIDIA GPU" >&2; exit 1; }
