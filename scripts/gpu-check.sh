@@ -19,11 +19,14 @@ mkdir -p "$out"
 deadline=$((SECONDS + ${TANDEM_GPU_CHECK_SECONDS:-480}))
 step() { echo; echo "== $1 ($((SECONDS))s into the check)"; }
 exec 3>&2 # the script's own stderr, for messages from inside redirected commands
-# Runs a command within the time left; names the step that ran out.
+# Runs a command within the time left (killed 10 s after; Ctrl-C reaches it); returns its status
+# and names the step that ran out of time.
 within() {
-    local left=$((deadline - SECONDS))
-    [ "$left" -gt 0 ] || { echo "error: the time budget ran out before: $*" >&3; exit 124; }
-    timeout "$left" "$@" || { rc=$?; [ "$rc" = 124 ] && echo "error: the time budget ran out during: $*" >&3; exit "$rc"; }
+    local left=$((deadline - SECONDS)) rc=0
+    [ "$left" -gt 0 ] || { echo "error: the time budget ran out before: $*" >&3; return 124; }
+    timeout --foreground -k 10 "$left" "$@" || rc=$?
+    [ "$rc" = 124 ] && echo "error: the time budget ran out during: $*" >&3
+    return "$rc"
 }
 
 command -v nvidia-smi >/dev/null || { echo "error: nvidia-smi not found: this script needs an NVIDIA GPU" >&2; exit 1; }
@@ -48,11 +51,15 @@ step "2. quickstart on cuda:0"
 within target/release/tandem run experiments/quickstart.toml --backend cuda --devices cuda:0 --out "$out" --offline
 
 step "3. data parallel and model parallel on $devices ($gpus GPU(s))"
-within target/release/tandem run experiments/gpu_check.toml --devices "$devices" --out "$out" --offline
+# A failed run is recorded in its summary.json: report what finished, then fail at the end.
+runs=0
+within target/release/tandem run experiments/gpu_check.toml --devices "$devices" --out "$out" --offline || runs=$?
 target/release/tandem report "$out/gpu_check" --out "$out/gpu_check-report"
 sed -n '/Training time, speedup and accuracy/,/^### Communication/p' "$out/gpu_check-report/report.md"
+[ "$runs" = 124 ] && exit 124
 
 step "4. throughput, samples/s (reference shape; flex on all cores for comparison)"
 TANDEM_BENCH_SECONDS=2 TANDEM_BENCH_THREADS="$(nproc)" TANDEM_BENCH_BACKENDS=flex,wgpu,cuda within "$throughput"
 
 step "done"
+[ "$runs" = 0 ] || { echo "error: some gpu_check runs failed (see their summary.json under $out/gpu_check)" >&2; exit 1; }

@@ -84,7 +84,8 @@ impl FromStr for DeviceSpec {
 
     fn from_str(s: &str) -> Result<Self, String> {
         let (kind, index) = match s.split_once(':') {
-            Some((k, i)) => (k, i.parse().map_err(|_| format!("device `{s}`: `{i}` is not a device index"))?),
+            // CubeCL keeps device numbers as u16: a larger one would silently wrap around.
+            Some((k, i)) => (k, i.parse::<u16>().map_err(|_| format!("device `{s}`: `{i}` is not a device number (0–65535)"))?.into()),
             None => (s, 0),
         };
         if !["cpu", "wgpu", "cuda"].contains(&kind) {
@@ -121,27 +122,32 @@ impl DeviceSpec {
 /// GPU that does not exist or whose driver is missing; this turns that into an error naming
 /// the device, before any training starts.
 pub fn probe_device<B: Backend>(name: &str, device: &B::Device) -> Result<(), String> {
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    one_stream_per_device();
     let device = device.clone();
     let started = std::thread::Builder::new()
         .name(format!("tandem-probe-{name}"))
-        .spawn(move || Tensor::<B, 1>::ones([4], &device).sum().into_scalar())
+        .spawn(move || {
+            // On this thread too, so that a malformed `cubecl.toml` fails the probe, not the caller.
+            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            one_stream_per_device();
+            Tensor::<B, 1>::ones([4], &device).sum().into_scalar()
+        })
         .map_err(|e| format!("device `{name}`: cannot start a thread to probe it: {e}"))?;
     match started.join() {
         Ok(_) => Ok(()),
         Err(panic) => {
-            let why = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("the backend panicked");
-            let hint = match name.split(':').next() {
-                Some("wgpu") => "wgpu:0 is the default adapter, wgpu:N (N ≥ 1) the N-th discrete GPU (`vulkaninfo --summary` lists them)",
-                Some("cuda") => "cuda:N is the N-th CUDA device (`nvidia-smi -L` lists them)",
-                _ => "see the backend's report above",
+            let message = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied());
+            // CubeCL starts a device on a thread of its own; when that panics, the caller only
+            // sees its channel close (`RecvError`), and the real reason is on stderr.
+            let why = match message {
+                Some(m) if !m.contains("RecvError") => m,
+                _ => "the backend's own message is printed above",
             };
-            Err(format!("device `{name}` does not exist or cannot start ({why}); {hint}"))
+            let hint = match name.split(':').next() {
+                Some("wgpu") => "wgpu:0 is the default adapter and wgpu:N (N ≥ 1) discrete GPU number N, counted from 0 (`vulkaninfo --summary` lists them)",
+                Some("cuda") => "cuda:N is CUDA device number N, counted from 0 (`nvidia-smi -L` lists them)",
+                _ => "see the backend's message above",
+            };
+            Err(format!("device `{name}` does not exist or cannot start: {why}; {hint}"))
         }
     }
 }
@@ -168,8 +174,9 @@ pub fn one_stream_per_device() {
 }
 
 /// The wgpu device a manifest's `wgpu:N` names: `wgpu:0` is wgpu's default adapter (the
-/// highest-power GPU, or a software Vulkan driver such as lavapipe where there is no GPU);
-/// `wgpu:N` for N ≥ 1 is the N-th discrete GPU.
+/// highest-power GPU, normally discrete GPU 0, or a software Vulkan driver such as lavapipe
+/// where there is no GPU); `wgpu:N` for N ≥ 1 is discrete GPU number N, counted from 0 as
+/// CubeCL counts them (so on a 2-GPU machine `wgpu:0` and `wgpu:1` are the two GPUs).
 #[cfg(feature = "wgpu")]
 pub fn wgpu_device(index: usize) -> burn::backend::wgpu::WgpuDevice {
     use burn::backend::wgpu::WgpuDevice;

@@ -260,6 +260,8 @@ impl Outcome {
 fn dispatch(backend: BackendKind, devices: &[DeviceSpec], ctx: &RunContext) -> Outcome {
     use burn::backend::Autodiff;
     // CPU backends have one device (a device is `threads` cores); GPU backends pick by index.
+    // (Each helper is unused in builds without its kind of backend.)
+    #[allow(dead_code)]
     fn cpu<D: Default>() -> Vec<(String, D)> {
         vec![("cpu".to_string(), D::default())]
     }
@@ -287,7 +289,10 @@ fn devices_for<D: Clone>(available: &[D], n: usize, cpu: bool) -> Result<Vec<D>,
     match (cpu, available.len() >= n) {
         (true, _) => Ok(vec![available[0].clone(); n]),
         (false, true) => Ok(available[..n].to_vec()),
-        (false, false) => Err(format!("the strategy needs {n} devices but [experiment] devices lists {}", available.len())),
+        (false, false) => Err(format!(
+            "the strategy needs {n} devices but the run has {} ([experiment] devices, or --devices): list one per replica or stage, e.g. `--devices cuda:0,cuda:1`, or one GPU twice to share it",
+            available.len()
+        )),
     }
 }
 
@@ -412,5 +417,8 @@ mod tests {
         assert!(err.contains("--devices") && err.contains("wgpu:1") && err.contains("cuda"), "{err}");
         let err = resolve(r#"["cpu"]"#, None, Some(&["gpu0"])).unwrap_err();
         assert!(err.contains("--devices") && err.contains("gpu0"), "{err}");
+        // CubeCL numbers devices with u16: a larger number must not wrap around to another GPU.
+        let err = resolve(r#"["cpu"]"#, Some(BackendKind::Cuda), Some(&["cuda:65536"])).unwrap_err();
+        assert!(err.contains("cuda:65536") && err.contains("0–65535"), "{err}");
     }
 }

@@ -1,10 +1,10 @@
 //! The GPU backends (wgpu, cuda) compute what the ndarray reference computes, and every
 //! strategy runs on them end to end.
 //!
-//! Runs on each GPU backend compiled into the test (`--features wgpu`, `cuda`). A backend whose
+//! Runs on each GPU backend compiled into the test (`--features wgpu`, `cuda`; ndarray is the reference). A backend whose
 //! device cannot start here is skipped with a message, unless `TANDEM_REQUIRE_BACKENDS` names it
 //! (e.g. `wgpu`: CI runs wgpu on lavapipe, Mesa's CPU Vulkan driver, and must not skip it).
-#![cfg(any(feature = "wgpu", feature = "cuda"))]
+#![cfg(all(feature = "ndarray", any(feature = "wgpu", feature = "cuda")))]
 
 mod common;
 
