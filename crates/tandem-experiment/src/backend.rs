@@ -53,6 +53,11 @@ impl BackendKind {
     pub fn is_cpu(self) -> bool {
         matches!(self, Self::Flex | Self::Ndarray)
     }
+
+    /// The kind its devices are named with in manifests: `cpu`, `wgpu` or `cuda`.
+    pub fn device_kind(self) -> &'static str {
+        if self.is_cpu() { "cpu" } else { self.name() }
+    }
 }
 
 impl fmt::Display for BackendKind {
@@ -104,12 +109,12 @@ impl fmt::Display for DeviceSpec {
 impl DeviceSpec {
     /// The first device of `backend`: `cpu`, `wgpu:0` or `cuda:0`.
     pub fn first_of(backend: BackendKind) -> Self {
-        Self { kind: if backend.is_cpu() { "cpu" } else { backend.name() }.to_string(), index: 0 }
+        Self { kind: backend.device_kind().to_string(), index: 0 }
     }
 
     /// Checks that this device belongs to `backend` (`cpu` for flex/ndarray, `wgpu:N`, `cuda:N`).
     pub fn check_backend(&self, backend: BackendKind) -> Result<(), String> {
-        let expected = if backend.is_cpu() { "cpu" } else { backend.name() };
+        let expected = backend.device_kind();
         if self.kind == expected {
             Ok(())
         } else {

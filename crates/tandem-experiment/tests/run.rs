@@ -9,10 +9,7 @@ use tandem_experiment::{run, BackendKind, Manifest, RunOptions};
 
 #[test]
 fn a_run_writes_a_complete_results_folder() {
-    let Some(data) = data_dir() else {
-        eprintln!("skipped: AG News test.csv not found (set TANDEM_DATA_DIR)");
-        return;
-    };
+    let Some(data) = data_dir() else { return };
     let (out, result) = run_tiny(&data, BackendKind::Ndarray, &["cpu"]);
     let summaries = result.unwrap();
     check_results(out.path(), &summaries, BackendKind::Ndarray);

@@ -213,15 +213,15 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
 
 /// E.g. "2 × Cpu, 1 thread each", "2 × Cuda(0), shared" or "Cuda(0), Cuda(1)".
 fn describe_devices(run: &tandem_experiment::RunSummary) -> String {
-    let cpu = matches!(run.backend.as_str(), "flex" | "ndarray");
+    let cpu = run.backend.parse::<tandem_experiment::BackendKind>().is_ok_and(|b| b.is_cpu());
     let first = run.devices.first().map_or("?", |d| d.as_str());
-    let all_same = run.devices.iter().all(|d| d == first);
-    match (cpu, all_same) {
-        (true, _) => {
-            let threads = run.threads_per_device;
-            format!("{} × {first}, {threads} thread{} each", run.devices.len(), if threads == 1 { "" } else { "s" })
-        }
-        (false, true) if run.devices.len() > 1 => format!("{} × {first}, shared", run.devices.len()),
-        _ => run.devices.join(", "),
+    let count = run.devices.len();
+    if cpu {
+        let threads = run.threads_per_device;
+        format!("{count} × {first}, {threads} thread{} each", if threads == 1 { "" } else { "s" })
+    } else if run.shared_devices && run.devices.iter().all(|d| d == first) {
+        format!("{count} × {first}, shared")
+    } else {
+        run.devices.join(", ")
     }
 }

@@ -7,7 +7,8 @@ use tandem_experiment::results::RunStatus;
 use tandem_experiment::runner::RunError;
 use tandem_experiment::{run, BackendKind, Manifest, RunOptions, RunSummary};
 
-/// The AG News directory: `$TANDEM_DATA_DIR` (relative to the workspace root) or `../shared/…`.
+/// The AG News directory: `$TANDEM_DATA_DIR` (relative to the workspace root) or `../shared/…`;
+/// `None`, with a message that the test is skipped, when it has no `test.csv`.
 pub fn data_dir() -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = match std::env::var_os("TANDEM_DATA_DIR") {
@@ -15,7 +16,11 @@ pub fn data_dir() -> Option<PathBuf> {
         Some(d) => root.join(d),
         None => root.join("../shared/datasets/ag_news"),
     };
-    dir.join("test.csv").exists().then_some(dir)
+    let found = dir.join("test.csv").exists().then_some(dir);
+    if found.is_none() {
+        eprintln!("skipped: AG News test.csv not found (set TANDEM_DATA_DIR)");
+    }
+    found
 }
 
 /// Two tiny models (GRU, Transformer) × sequential, data parallel (2 replicas) and model
