@@ -3,9 +3,10 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use tandem_experiment::{run, BackendKind, Manifest, RunOptions};
+use tandem_experiment::{run, BackendKind, Manifest, Ranks, RunOptions};
 
 #[derive(Parser)]
 #[command(name = "tandem", version, about = "Train text classifiers under parallel-training strategies and compare them")]
@@ -84,8 +85,11 @@ fn dispatch(command: Command) -> Result<(), String> {
     match command {
         Command::Run { manifest, backend, devices, out, offline } => {
             let manifest = Manifest::load(&manifest).map_err(|e| e.to_string())?;
-            let options = RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal() };
-            let summaries = match run(&manifest, &options) {
+            let ranks = join_mpi_job()?;
+            let options = RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal(), ranks: ranks.clone() };
+            // In a multi-process job every rank must call the same collectives: no second attempt.
+            let offline = offline || ranks.as_ref().is_some_and(|r| r.size() > 1);
+            let outcome = match run(&manifest, &options) {
                 Err(e) if e.is_missing_data() && !offline => {
                     let dir = manifest.data_dir();
                     eprintln!("{e}\nfetching it now (pass --offline to stop instead)…");
@@ -93,10 +97,18 @@ fn dispatch(command: Command) -> Result<(), String> {
                     run(&manifest, &options)
                 }
                 other => other,
+            };
+            match (outcome, ranks.as_deref().filter(|r| r.size() > 1)) {
+                (Ok(summaries), ranks) if ranks.is_none_or(|r| r.rank() == 0) => {
+                    eprintln!("{} runs finished; results in {}", summaries.len(), options.out.join(&manifest.experiment.name).display());
+                    Ok(())
+                }
+                (Ok(_), _) => Ok(()),
+                // A failure on this rank alone would leave the others waiting: end the job.
+                (Err(e), Some(ranks)) if !e.is_on_every_rank() => ranks.abort(&e.to_string()),
+                (Err(e), Some(ranks)) => Err(format!("rank {}: {e}", ranks.rank())),
+                (Err(e), None) => Err(e.to_string()),
             }
-            .map_err(|e| e.to_string())?;
-            eprintln!("{} runs finished; results in {}", summaries.len(), options.out.join(&manifest.experiment.name).display());
-            Ok(())
         }
         Command::Report { results, out } => {
             let files = tandem_report::write_report(&results, &out).map_err(|e| e.to_string())?;
@@ -133,6 +145,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             for b in BackendKind::ALL {
                 println!("  {:<8} {}", b.name(), if b.is_compiled() { "yes" } else { "no (cargo feature not enabled)" });
             }
+            println!("multi-process jobs (mpirun): {}", if cfg!(feature = "mpi") { "yes" } else { "no (cargo feature `mpi` not enabled)" });
             println!("architectures:");
             for a in tandem_models::Architecture::ALL {
                 println!("  {}", a.name());
@@ -151,6 +164,21 @@ fn dispatch(command: Command) -> Result<(), String> {
             println!("{report}");
             if report.all_ok() { Ok(()) } else { Err(format!("{} does not hold the expected AG News files", dir.display())) }
         }
+    }
+}
+
+/// This process's rank when an MPI launcher started it (builds with the `mpi` feature).
+#[cfg(feature = "mpi")]
+fn join_mpi_job() -> Result<Option<Arc<dyn Ranks>>, String> {
+    Ok(tandem_experiment::MpiRanks::join()?.map(|r| Arc::new(r) as Arc<dyn Ranks>))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn join_mpi_job() -> Result<Option<Arc<dyn Ranks>>, String> {
+    match tandem_experiment::launched_by_mpi() {
+        // Every rank would run the whole experiment on its own.
+        true => Err("this build has no MPI support, but an MPI launcher started it: rebuild with `--features mpi`".into()),
+        false => Ok(None),
     }
 }
 

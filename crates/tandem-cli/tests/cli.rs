@@ -1,11 +1,8 @@
 //! The `tandem` binary: exit codes and messages a user sees.
 
-use std::process::Command;
+mod common;
 
-fn tandem(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run tandem");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+use common::{data_dir, tandem};
 
 #[test]
 fn list_names_the_compiled_backends() {
@@ -50,17 +47,6 @@ fn data_check_reports_a_missing_directory() {
     assert!(stderr.contains("/no/such/dir"), "{stderr}");
 }
 
-/// `$TANDEM_DATA_DIR` (relative to the workspace root) or `../shared/datasets/ag_news`, if it holds the data.
-fn data_dir() -> Option<std::path::PathBuf> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = match std::env::var_os("TANDEM_DATA_DIR") {
-        Some(d) if std::path::Path::new(&d).is_absolute() => d.into(),
-        Some(d) => root.join(d),
-        None => root.join("../shared/datasets/ag_news"),
-    };
-    dir.join("test.csv").exists().then_some(dir)
-}
-
 #[test]
 fn report_summarises_a_real_run_and_refuses_a_folder_without_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,4 +82,18 @@ fn report_summarises_a_real_run_and_refuses_a_folder_without_runs() {
         assert!(out.join(plot).is_file(), "{plot} missing");
     }
     assert!(!out.join("stage-time.svg").exists(), "no model-parallel run, no stage plot");
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_build_without_mpi_refuses_to_run_under_an_mpi_launcher() {
+    let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/quickstart.toml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["run", quickstart, "--offline"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--features mpi"), "{stderr}");
 }

@@ -11,6 +11,9 @@ pub use backend::{BackendKind, DeviceSpec};
 pub use manifest::{Manifest, ManifestError, ModelEntry, StrategyConfig};
 pub use results::RunSummary;
 pub use runner::{run, RunOptions};
+#[cfg(feature = "mpi")]
+pub use tandem_parallel::MpiRanks;
+pub use tandem_parallel::{launched_by_mpi, Ranks};
 
 /// Tandem's version, recorded in every results folder.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

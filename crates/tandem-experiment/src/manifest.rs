@@ -50,6 +50,16 @@ fn default_devices() -> Vec<String> {
     vec!["cpu".into()]
 }
 
+/// `[cluster]`: a job of several processes ("ranks", on one machine or several), launched by
+/// `mpirun -np N tandem run …` or a batch scheduler. Each rank runs the manifest's devices and
+/// replicas; the job's size comes from the launcher.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSection {
+    /// The job must have exactly this many ranks (unset: any number, 1 included).
+    pub ranks: Option<usize>,
+}
+
 /// `[data]`: where AG News is and how it is split, tokenized and truncated.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -185,6 +195,8 @@ pub struct Manifest {
     /// Every model is trained with each of these strategies.
     pub strategies: Vec<StrategyConfig>,
     pub models: Vec<ModelEntry>,
+    #[serde(default)]
+    pub cluster: ClusterSection,
     /// Where the manifest was read from (relative data paths resolve against it).
     #[serde(skip)]
     pub source: PathBuf,
@@ -202,6 +214,8 @@ struct RawManifest {
     strategy: Option<StrategyConfig>,
     strategies: Option<Vec<StrategyConfig>>,
     models: Vec<toml::Table>,
+    #[serde(default)]
+    cluster: ClusterSection,
 }
 
 impl Manifest {
@@ -235,6 +249,7 @@ impl Manifest {
             data: raw.data,
             strategies,
             models,
+            cluster: raw.cluster,
             source: path.to_path_buf(),
         };
         raw.train.validate().map_err(|m| err(format!("[train]: {m}")))?;
@@ -275,6 +290,9 @@ impl Manifest {
             if self.strategies[..i].iter().any(|o| o.label() == strategy.label()) {
                 return Err(format!("strategies[{i}]: `{}` is listed twice", strategy.label()));
             }
+        }
+        if self.cluster.ranks == Some(0) {
+            return Err("[cluster] ranks: must be at least 1".into());
         }
         if self.models.is_empty() {
             return Err("[[models]]: list at least one model".into());

@@ -100,6 +100,66 @@ pub struct RunSummary {
     pub finished_at: String,
     /// Strategy-specific totals (communication, …) of the last epoch.
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The job's ranks, for a run spread over several processes (`mpirun`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cluster: Option<ClusterInfo>,
+}
+
+/// `summary.json`'s `cluster` block: how a multi-process run was spread, and what crossing
+/// between ranks cost. The other ranks' own records are `rank-N.json` beside it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClusterInfo {
+    pub ranks: usize,
+    pub replicas_per_rank: usize,
+    /// Seconds a replica spent in all-reduces across ranks, summed over the epochs.
+    pub cross_rank_seconds: f64,
+    /// Bytes a replica sent to other ranks per step (as a ring all-reduce moves them).
+    pub cross_rank_bytes_per_replica_per_step: f64,
+}
+
+impl ClusterInfo {
+    /// The block for `ranks` × `replicas_per_rank`, with the epochs' cross-rank figures.
+    pub fn new(ranks: usize, replicas_per_rank: usize, records: &[EpochRecord]) -> Self {
+        let figure = |r: &EpochRecord, key: &str| r.extra.get(key).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+        Self {
+            ranks,
+            replicas_per_rank,
+            cross_rank_seconds: records.iter().map(|r| figure(r, "cross_rank_seconds")).sum(),
+            cross_rank_bytes_per_replica_per_step: records.last().map_or(0.0, |r| figure(r, "cross_rank_bytes_per_replica_per_step")),
+        }
+    }
+}
+
+/// `rank-N.json`: what a rank other than 0 records of a multi-process run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankLog {
+    pub rank: usize,
+    pub host: String,
+    pub status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    pub devices: Vec<String>,
+    pub epochs_completed: usize,
+    pub train_seconds: f64,
+    pub started_at: String,
+    pub finished_at: String,
+}
+
+impl RankLog {
+    /// This rank's view of the run `summary` describes.
+    pub fn new(rank: usize, host: String, summary: &RunSummary) -> Self {
+        Self {
+            rank,
+            host,
+            status: summary.status,
+            error: summary.error.clone(),
+            devices: summary.devices.clone(),
+            epochs_completed: summary.epochs_completed,
+            train_seconds: summary.train_seconds,
+            started_at: summary.started_at.clone(),
+            finished_at: summary.finished_at.clone(),
+        }
+    }
 }
 
 impl RunSummary {

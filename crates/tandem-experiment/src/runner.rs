@@ -1,17 +1,18 @@
 //! Runs a manifest: data preparation once, then one training run per model × seed.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::tensor::backend::AutodiffBackend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tandem_data::{DataError, Encoded, SplitConfig, Splits, Vocab};
 use tandem_models::{Classifier, InputSpec};
-use tandem_parallel::{DataParallel, ModelParallel};
+use tandem_parallel::{fingerprint, DataParallel, ModelParallel, Ranks};
 use tandem_train::{EpochRecord, Sequential, Strategy};
 
 use crate::backend::{BackendKind, DeviceSpec};
 use crate::manifest::{Manifest, ModelEntry, StrategyConfig};
-use crate::results::{self, RunStatus, RunSummary};
+use crate::results::{self, ClusterInfo, RankLog, RunStatus, RunSummary};
 
 /// Command-line choices that override or complete the manifest.
 #[derive(Clone, Debug)]
@@ -25,13 +26,17 @@ pub struct RunOptions {
     pub out: PathBuf,
     /// Draw progress bars (only shown on a terminal).
     pub progress: bool,
+    /// This process's place in a multi-process job (`mpirun`); `None` or one rank: a
+    /// single-process run.
+    pub ranks: Option<Arc<dyn Ranks>>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true }
+        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None }
     }
 }
+
 
 /// Why a run could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +45,9 @@ pub enum RunError {
     Data(#[from] DataError),
     #[error("{0}")]
     Config(String),
+    /// The ranks of a multi-process job disagree (every rank gets this same error).
+    #[error("{0}")]
+    Job(String),
     #[error("cannot write results to {path}: {source}")]
     Results { path: PathBuf, source: std::io::Error },
     #[error("{failed} of {total} runs failed (see their summary.json); the others finished")]
@@ -50,6 +58,12 @@ impl RunError {
     /// Whether the error means "no dataset found" (the caller may offer `tandem data fetch`).
     pub fn is_missing_data(&self) -> bool {
         matches!(self, RunError::Data(DataError::NoData { .. }))
+    }
+
+    /// Whether every rank of a multi-process job failed with this same error (so they can all
+    /// stop normally; otherwise the failing rank must end the job).
+    pub fn is_on_every_rank(&self) -> bool {
+        matches!(self, RunError::Job(_))
     }
 }
 
@@ -92,7 +106,22 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
         )));
     }
     let devices = run_devices(manifest, options, backend)?;
+    let ranks = options.ranks.as_deref().filter(|r| r.size() > 1);
+    let size = ranks.map_or(1, |r| r.size());
+    if let Some(wanted) = manifest.cluster.ranks.filter(|&n| n != size) {
+        return Err(RunError::Job(format!(
+            "{}: [cluster] ranks = {wanted}, but the job has {size} (start it with `mpirun -np {wanted} tandem run …`)",
+            manifest.source.display()
+        )));
+    }
+    if let Some(ranks) = ranks {
+        check_job(manifest, backend, ranks)?;
+    }
     let data = prepare_data(manifest)?;
+    if let Some(ranks) = ranks {
+        let split: Vec<u8> = data.train.tokens.iter().chain(&data.holdout.tokens).flat_map(|t| t.to_le_bytes()).collect();
+        ranks.check_same("data (train and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
+    }
     let mut summaries = Vec::new();
     for model in &manifest.models {
         for strategy in &manifest.strategies {
@@ -106,6 +135,23 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
         return Err(RunError::RunsFailed { failed, total: summaries.len() });
     }
     Ok(summaries)
+}
+
+/// Checks, on every rank of a multi-process job, that all ranks run the same Tandem version,
+/// manifest and backend, and that every strategy can span ranks. Any mismatch fails every rank
+/// with the same message.
+fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn Ranks) -> Result<(), RunError> {
+    let config = |m: String| RunError::Job(format!("{}: {m}", manifest.source.display()));
+    ranks.check_same("Tandem version", fingerprint(crate::VERSION.as_bytes())).map_err(config)?;
+    ranks.check_same("manifest", fingerprint(manifest.to_toml().as_bytes())).map_err(config)?;
+    ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(config)?;
+    match manifest.strategies.iter().find(|s| !matches!(s, StrategyConfig::DataParallel(_))) {
+        Some(other) => Err(config(format!(
+            "strategy `{}` runs in one process; only data-parallel spans ranks so far (run it without mpirun)",
+            other.name()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The devices to run on: `--devices`, else the manifest's, else (when `--backend` chose a
@@ -136,6 +182,11 @@ struct RunContext<'a> {
     data: &'a PreparedData,
     dir: &'a Path,
     progress: ProgressBar,
+    /// The job's ranks, in a multi-process run.
+    ranks: Option<&'a dyn Ranks>,
+    /// Whether this process writes the run's results (rank 0 of a job; other ranks write a
+    /// `rank-N.json` log only).
+    writes_results: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -154,19 +205,37 @@ fn run_one(
         let path = path.to_path_buf();
         move |source| RunError::Results { path, source }
     };
-    let (dir, run_id) = results::create_run_dir(&options.out, &manifest.experiment.name, &run_id)
-        .map_err(io_err(&options.out))?;
+    let ranks = options.ranks.as_deref().filter(|r| r.size() > 1);
+    let writes_results = ranks.is_none_or(|r| r.rank() == 0);
+    let (dir, run_id) = match ranks {
+        None => results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?,
+        // Rank 0 picks the folder name; the others log into the same folder (theirs, on
+        // machines that do not share rank 0's disk).
+        Some(ranks) => {
+            let picked = if writes_results {
+                results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?.1
+            } else {
+                String::new()
+            };
+            let run_id = ranks.broadcast_text(&picked).map_err(RunError::Config)?;
+            let dir = options.out.join(&manifest.experiment.name).join(&run_id);
+            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+            (dir, run_id)
+        }
+    };
     let mut resolved = manifest.for_run(entry, strategy, seed);
     resolved.experiment.backend = backend;
     resolved.experiment.devices = devices.iter().map(ToString::to_string).collect();
-    results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
-    data.vocab.save(&dir.join("vocab.json"))?;
+    if writes_results {
+        results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
+        data.vocab.save(&dir.join("vocab.json"))?;
+    }
 
     let threads = strategy.threads(&entry.train);
     let total = (entry.train.epochs * data.train.len()) as u64;
-    let progress = progress_bar(options.progress, total, &run_id);
+    let progress = progress_bar(options.progress && writes_results, total, &run_id);
     let started_at = results::now_utc();
-    let ctx = RunContext { entry, strategy, seed, data, dir: &dir, progress };
+    let ctx = RunContext { entry, strategy, seed, data, dir: &dir, progress, ranks, writes_results };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("tandem-compute-{i}"))
@@ -208,12 +277,26 @@ fn run_one(
         started_at,
         finished_at: results::now_utc(),
         extra: Default::default(),
+        cluster: None,
     };
     summary.set_epochs(&records);
-    results::write_json(&dir.join("summary.json"), &summary).map_err(io_err(&dir))?;
-    match &summary.error {
-        Some(e) => eprintln!("{run_id}: FAILED after {} epochs: {e}", records.len()),
-        None => eprintln!(
+    if let (Some(ranks), StrategyConfig::DataParallel(dp)) = (ranks, strategy) {
+        summary.cluster = Some(ClusterInfo::new(ranks.size(), dp.replicas, &records));
+    }
+    if !writes_results {
+        let ranks = ranks.expect("only a rank other than 0 does not write results");
+        let log = dir.join(format!("rank-{}.json", ranks.rank()));
+        results::write_json(&log, &RankLog::new(ranks.rank(), ranks.host(), &summary)).map_err(io_err(&dir))?;
+    } else {
+        results::write_json(&dir.join("summary.json"), &summary).map_err(io_err(&dir))?;
+    }
+    match (&summary.error, ranks) {
+        // The other ranks may be waiting for this one in a collective: end the job (results so
+        // far are written).
+        (Some(e), Some(ranks)) => ranks.abort(&format!("{run_id} failed on rank {} after {} epochs: {e}", ranks.rank(), records.len())),
+        (Some(e), None) => eprintln!("{run_id}: FAILED after {} epochs: {e}", records.len()),
+        (None, _) if !writes_results => {}
+        (None, _) => eprintln!(
             "{run_id}: accuracy {:.4}, macro F1 {:.4}, {:.1} s training, {:.0} samples/s → {}",
             summary.final_metrics.as_ref().map_or(0.0, |m| m.accuracy),
             summary.final_metrics.as_ref().map_or(0.0, |m| m.macro_f1),
@@ -338,7 +421,12 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
     let parameters = model.parameter_count();
     let built: Result<Box<dyn Strategy<B>>, String> = match ctx.strategy {
         StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
-        StrategyConfig::DataParallel(dp) => DataParallel::new(model, train, dp, devices).map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::DataParallel(dp) => DataParallel::new(model, train, dp, devices)
+            .and_then(|s| match ctx.ranks {
+                Some(ranks) => s.across_ranks(ranks),
+                None => Ok(s),
+            })
+            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
         StrategyConfig::ModelParallel(mp) => {
             ModelParallel::new(model, train, mp, devices, &ctx.data.train).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
         }
@@ -354,6 +442,9 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
     let on_batch = |n: usize| progress.inc(n as u64);
     let mut on_epoch = |record: &EpochRecord| {
         written.push(record.clone());
+        if !ctx.writes_results {
+            return Ok(());
+        }
         let line = format!(
             "  epoch {:>2}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {:.0} samples/s",
             record.epoch, record.train_loss, record.holdout_loss, record.holdout.accuracy, record.holdout.macro_f1,
@@ -372,7 +463,7 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         &on_batch,
         &mut on_epoch,
     );
-    let saved = save_model(&strategy.model(), &ctx.dir.join("model"));
+    let saved = if ctx.writes_results { save_model(&strategy.model(), &ctx.dir.join("model")) } else { Ok(()) };
     let devices = strategy.devices();
     match result.map_err(|e| e.to_string()).and_then(|records| saved.map(|()| records)) {
         Ok(records) => Outcome { records, parameters, devices, shared_devices, error: None },

@@ -64,6 +64,10 @@ fn unknown_keys_are_rejected_with_their_name_and_line() {
     assert!(e.contains("models[1]") && e.contains("learning_rat"), "{e}");
     let e = error_of(&MINIMAL.replace("[experiment]", "[experiment]\ncolour = 1"));
     assert!(e.contains("colour"), "{e}");
+    let e = error_of(&format!("{MINIMAL}\n[cluster]\nnodes = 2\n"));
+    assert!(e.contains("nodes") && e.contains("line"), "{e}");
+    let e = error_of(&format!("{MINIMAL}\n[cluster]\nranks = 0\n"));
+    assert!(e.contains("[cluster] ranks"), "{e}");
 }
 
 #[test]

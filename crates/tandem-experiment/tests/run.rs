@@ -25,3 +25,14 @@ fn a_missing_dataset_is_reported_with_the_fetch_command() {
     assert!(err.is_missing_data());
     assert!(err.to_string().contains("tandem data fetch"), "{err}");
 }
+
+#[test]
+fn a_manifest_for_several_ranks_refuses_to_run_in_one_process() {
+    let empty = tempfile::tempdir().unwrap();
+    let text = manifest(empty.path(), "ndarray", &["cpu"]) + "\n[cluster]\nranks = 2\n";
+    let m = Manifest::parse(&text, Path::new("tiny.toml")).unwrap();
+    let options = RunOptions { out: empty.path().join("results"), progress: false, ..Default::default() };
+    let err = run(&m, &options).unwrap_err().to_string();
+    assert!(err.contains("tiny.toml") && err.contains("[cluster] ranks = 2") && err.contains("mpirun -np 2"), "{err}");
+    assert!(!empty.path().join("results").exists(), "nothing written");
+}

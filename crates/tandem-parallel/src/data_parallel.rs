@@ -15,6 +15,7 @@ use tandem_train::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, Trai
 
 use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
+use crate::ranks::{fingerprint, CrossRank, Ranks};
 use crate::shard::shard_ranges;
 use crate::worker::{panic_message, thread_pools};
 
@@ -68,12 +69,24 @@ impl DataParallelConfig {
 
 /// One replica: its own model copy, optimizer state, device and gradient exchange.
 struct Replica<B: AutodiffBackend> {
+    /// Index among this process's replicas.
     rank: usize,
+    /// Which shard of every global batch it computes: `rank` in a single process; in a
+    /// multi-process job, `process rank × replicas per process + rank`.
+    shard: usize,
     /// `None` only after a failure in the middle of a step.
     model: Option<Classifier<B>>,
     optimizer: AnyOptimizer<Classifier<B>, B>,
     device: B::Device,
     exchange: GradientExchange,
+}
+
+/// The all-reduce group of this process's replicas, and the shards of every global batch.
+#[derive(Clone, Copy)]
+struct Group {
+    peers: usize,
+    kind: AllReduceKind,
+    shards: usize,
 }
 
 /// What a replica reports to the coordinator.
@@ -100,6 +113,12 @@ pub struct DataParallel<B: AutodiffBackend> {
     train: TrainConfig,
     /// The parameters after the last completed epoch, in case a replica fails mid-epoch.
     snapshot: Classifier<B>,
+    /// Shards per global batch: every replica of every rank.
+    shards: usize,
+    /// Ranks of the multi-process job (1 in a single process).
+    ranks: usize,
+    /// Sums each epoch's loss and sample count over the ranks.
+    totals: Option<CrossRank>,
 }
 
 impl<B: AutodiffBackend> DataParallel<B> {
@@ -115,6 +134,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
             .enumerate()
             .map(|(rank, device)| Replica {
                 rank,
+                shard: rank,
                 exchange: GradientExchange::new(&model, rank, config.replicas, config.all_reduce, config.bucket_bytes(), config.sparse_embedding),
                 model: Some(model.clone().fork(&device)),
                 optimizer: AnyOptimizer::for_model(train, &model),
@@ -122,7 +142,27 @@ impl<B: AutodiffBackend> DataParallel<B> {
             })
             .collect();
         let pools = thread_pools(config.replicas, train.threads, "replica")?;
-        Ok(Self { replicas, pools, config: config.clone(), train: train.clone(), snapshot: model })
+        Ok(Self { replicas, pools, config: config.clone(), train: train.clone(), snapshot: model, shards: config.replicas, ranks: 1, totals: None })
+    }
+
+    /// Spreads training over the ranks of a multi-process job, each running these replicas:
+    /// every global batch is cut into `ranks × replicas` shards, this rank's replicas compute
+    /// theirs, and each local sum of gradients is summed over the ranks, so every replica of
+    /// every rank applies the same averaged gradient. Checks that all ranks start from the same
+    /// parameters.
+    pub fn across_ranks(mut self, ranks: &dyn Ranks) -> Result<Self, String> {
+        let bits: Vec<u8> = self.snapshot.parameter_values().iter().flat_map(|v| v.to_le_bytes()).collect();
+        ranks.check_same("initial parameters", fingerprint(&bits))?;
+        let local = self.replicas.len();
+        let timeout = Duration::from_secs_f64(self.config.timeout_seconds);
+        let mut links = ranks.replica_links(local + 1)?.into_iter().map(|link| CrossRank { link: link.into(), ranks: ranks.size(), timeout });
+        for (replica, link) in self.replicas.iter_mut().zip(links.by_ref()) {
+            replica.shard = ranks.rank() * local + replica.rank;
+            replica.exchange.set_cross_rank(link);
+        }
+        self.totals = links.next();
+        (self.shards, self.ranks) = (ranks.size() * local, ranks.size());
+        Ok(self)
     }
 
     /// Largest absolute difference between any parameter of any replica and replica 0's
@@ -139,15 +179,15 @@ impl<B: AutodiffBackend> DataParallel<B> {
 
 impl<B: AutodiffBackend> Replica<B> {
     /// Joins the all-reduce group, trains on this replica's shard of every global batch, leaves.
-    fn run_epoch(&mut self, plan: &EpochPlan, train: &TrainConfig, peers: usize, kind: AllReduceKind, reports: &Sender<Report>, stop: &AtomicBool) -> Result<ReplicaEpoch, String> {
-        collective::join::<B::InnerBackend>(self.rank, peers, kind, &self.device)?;
-        let result = self.steps(plan, train, peers, reports, stop);
+    fn run_epoch(&mut self, plan: &EpochPlan, train: &TrainConfig, group: Group, reports: &Sender<Report>, stop: &AtomicBool) -> Result<ReplicaEpoch, String> {
+        collective::join::<B::InnerBackend>(self.rank, group.peers, group.kind, &self.device)?;
+        let result = self.steps(plan, train, group.shards, reports, stop);
         let left = collective::leave::<B::InnerBackend>(self.rank);
         let epoch = result?;
         left.map(|()| epoch)
     }
 
-    fn steps(&mut self, plan: &EpochPlan, train: &TrainConfig, peers: usize, reports: &Sender<Report>, stop: &AtomicBool) -> Result<ReplicaEpoch, String> {
+    fn steps(&mut self, plan: &EpochPlan, train: &TrainConfig, shards: usize, reports: &Sender<Report>, stop: &AtomicBool) -> Result<ReplicaEpoch, String> {
         let mut epoch = ReplicaEpoch::default();
         for (i, indices) in plan.batches.iter().enumerate() {
             if stop.load(Ordering::SeqCst) {
@@ -155,7 +195,7 @@ impl<B: AutodiffBackend> Replica<B> {
             }
             let started = Instant::now();
             let model = self.model.take().ok_or("this replica lost its parameters in an earlier failure")?;
-            let shard = &indices[shard_ranges(indices.len(), peers)[self.rank].clone()];
+            let shard = &indices[shard_ranges(indices.len(), shards)[self.shard].clone()];
             let (loss, local) = if shard.is_empty() {
                 (0.0, None)
             } else {
@@ -197,7 +237,7 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
             self.snapshot = model.clone();
         }
         let peers = self.replicas.len();
-        let kind = self.config.all_reduce;
+        let group = Group { peers, kind: self.config.all_reduce, shards: self.shards };
         let (tx, rx) = mpsc::channel();
         let stop = AtomicBool::new(false);
         let train = &self.train;
@@ -206,7 +246,7 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
                 let (tx, stop) = (tx.clone(), &stop);
                 scope.spawn(move || {
                     let rank = replica.rank;
-                    let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| replica.run_epoch(plan, train, peers, kind, &tx, stop))))
+                    let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| replica.run_epoch(plan, train, group, &tx, stop))))
                         .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
                     let _ = tx.send(Report::Done { rank, result });
                 });
@@ -215,7 +255,15 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
             coordinate::<B>(&self.config, peers, rx, plan, &stop)
         });
         let epochs = outcome.map_err(TrainError::Strategy)?;
-        Ok(self.epoch_stats(&epochs))
+        let mut stats = self.epoch_stats(&epochs);
+        if let Some(totals) = &self.totals {
+            // Loss and samples of every rank's shards, not just this rank's.
+            let mut sums = [(stats.loss * stats.samples as f64) as f32, stats.samples as f32];
+            totals.link.all_reduce_sum(&mut sums, totals.timeout).map_err(TrainError::Strategy)?;
+            stats.loss = f64::from(sums[0]) / f64::from(sums[1]).max(1.0);
+            stats.samples = sums[1].round() as usize;
+        }
+        Ok(stats)
     }
 
     fn model(&self) -> Classifier<B> {
@@ -280,6 +328,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
         let steps = epochs.first().map_or(0, |e| e.comm.steps) as usize;
         let per_step = |f: fn(&CommStats) -> u64| epochs.iter().map(|e| f(&e.comm) as f64).sum::<f64>() / n / steps.max(1) as f64;
         let all_reduce_seconds = epochs.iter().map(|e| e.comm.seconds).sum::<f64>() / n;
+        let cross_rank_seconds = epochs.iter().map(|e| e.comm.cross_rank_seconds).sum::<f64>() / n;
         let step_seconds = epochs.iter().map(|e| e.step_seconds).sum::<f64>() / n;
         let extra = json!({
             "replicas": self.replicas.len(),
@@ -297,6 +346,9 @@ impl<B: AutodiffBackend> DataParallel<B> {
             "bytes_per_step": per_step(|c| c.bytes_sent) * n,
             "communication_share": all_reduce_seconds / step_seconds.max(1e-12),
             "replica_max_abs_difference": self.max_replica_difference(),
+            "ranks": self.ranks,
+            "cross_rank_seconds": cross_rank_seconds,
+            "cross_rank_bytes_per_replica_per_step": per_step(|c| c.cross_rank_bytes),
         });
         let extra = match extra {
             serde_json::Value::Object(map) => map,

@@ -12,6 +12,7 @@ use tandem_data::Encoded;
 use tandem_models::Classifier;
 
 use crate::collective::{self, AllReduceKind};
+use crate::ranks::CrossRank;
 
 /// Communication of one replica, summed over steps.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -29,6 +30,13 @@ pub struct CommStats {
     pub dense_bytes: u64,
     /// Wall time inside all-reduce calls, including waiting for the slowest replica.
     pub seconds: f64,
+    /// Bytes this replica sent to other ranks (multi-process jobs), as a ring all-reduce moves
+    /// them (MPI does not report its own).
+    #[serde(default)]
+    pub cross_rank_bytes: u64,
+    /// Part of `seconds` spent in all-reduces across ranks.
+    #[serde(default)]
+    pub cross_rank_seconds: f64,
 }
 
 impl CommStats {
@@ -41,6 +49,8 @@ impl CommStats {
         self.bytes_received += other.bytes_received;
         self.dense_bytes += other.dense_bytes;
         self.seconds += other.seconds;
+        self.cross_rank_bytes += other.cross_rank_bytes;
+        self.cross_rank_seconds += other.cross_rank_seconds;
     }
 }
 
@@ -61,7 +71,8 @@ impl Slot {
 /// whether the token-embedding table travels as the rows the global batch touched.
 ///
 /// Every replica builds the same exchange from the same model, so their all-reduce calls
-/// line up one for one.
+/// line up one for one. In a multi-process job each sum over the local replicas is then summed
+/// over the ranks (hierarchical, as Horovod does): replica `j` of every rank over link `j`.
 #[derive(Clone, Debug)]
 pub struct GradientExchange {
     rank: usize,
@@ -72,6 +83,8 @@ pub struct GradientExchange {
     sparse: Option<usize>,
     /// Ranges of dense slot indices (`slots` without `sparse`), one per bucket.
     buckets: Vec<Range<usize>>,
+    /// The link to the other ranks of a multi-process job.
+    cross: Option<CrossRank>,
 }
 
 impl GradientExchange {
@@ -104,7 +117,12 @@ impl GradientExchange {
         if start < dense.len() {
             buckets.push(start..dense.len());
         }
-        Self { rank, peers, kind, slots, sparse, buckets }
+        Self { rank, peers, kind, slots, sparse, buckets, cross: None }
+    }
+
+    /// Sums every all-reduce over the ranks of a multi-process job too.
+    pub(crate) fn set_cross_rank(&mut self, cross: CrossRank) {
+        self.cross = Some(cross);
     }
 
     /// Number of dense buckets per step.
@@ -168,6 +186,10 @@ impl GradientExchange {
         let bytes = self.kind.bytes_per_peer(4 * elements, self.rank, self.peers);
         let started = Instant::now();
         let summed = if self.peers > 1 { collective::all_reduce_sum(self.rank, tensor)? } else { tensor };
+        let summed = match &self.cross {
+            Some(cross) => reduce_across_ranks(cross, summed, stats)?,
+            None => summed,
+        };
         stats.seconds += started.elapsed().as_secs_f64();
         stats.all_reduce_calls += 1;
         stats.elements += elements;
@@ -175,6 +197,21 @@ impl GradientExchange {
         stats.bytes_received += bytes;
         Ok(summed)
     }
+}
+
+/// Sums `tensor` over the ranks through host memory (MPI moves host buffers).
+fn reduce_across_ranks<B: burn::tensor::backend::Backend, const D: usize>(
+    cross: &CrossRank,
+    tensor: Tensor<B, D>,
+    stats: &mut CommStats,
+) -> Result<Tensor<B, D>, String> {
+    let (device, shape) = (tensor.device(), tensor.shape());
+    let mut values = tensor.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| format!("cannot read a gradient bucket: {e:?}"))?;
+    let started = Instant::now();
+    cross.link.all_reduce_sum(&mut values, cross.timeout)?;
+    stats.cross_rank_seconds += started.elapsed().as_secs_f64();
+    stats.cross_rank_bytes += AllReduceKind::Ring.bytes_per_peer(4 * values.len() as u64, 0, cross.ranks);
+    Ok(Tensor::from_data(TensorData::new(values, shape), &device))
 }
 
 /// Every token id in the global batch `indices` of `data`, sorted and without repeats: the only

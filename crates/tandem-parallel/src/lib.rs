@@ -6,12 +6,17 @@
 //! - [`ModelParallel`] cuts the model into stages, one thread (and one device) each, connected by
 //!   counted [links](link) that can simulate an interconnect. A [`Stage`] says *what* runs (a
 //!   micro-batch's forward or backward pass); a [`Schedule`] says *when* (naive, GPipe, 1F1B).
+//! - Across processes and machines, [`DataParallel::across_ranks`] adds a second level of
+//!   all-reduce over the [`Ranks`] of a job (MPI: `MpiRanks`, feature `mpi`).
 
 mod collective;
 mod data_parallel;
 mod exchange;
 pub mod link;
 mod model_parallel;
+#[cfg(feature = "mpi")]
+mod mpi_ranks;
+mod ranks;
 mod schedule;
 mod shard;
 mod stage;
@@ -21,6 +26,9 @@ pub use collective::AllReduceKind;
 pub use data_parallel::{DataParallel, DataParallelConfig};
 pub use exchange::{CommStats, GradientExchange};
 pub use link::{Interconnect, Preset};
+#[cfg(feature = "mpi")]
+pub use mpi_ranks::MpiRanks;
+pub use ranks::{fingerprint, launched_by_mpi, RankLink, Ranks};
 pub use model_parallel::{balanced_cuts, profile_blocks, Balance, ModelParallel, ModelParallelConfig, StepPolicy};
 pub use schedule::{theoretical_bubble, Action, Schedule};
 pub use shard::shard_ranges;

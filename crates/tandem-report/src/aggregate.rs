@@ -213,6 +213,15 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
 
 /// E.g. "2 × Cpu, 1 thread each", "2 × Cuda(0), shared" or "Cuda(0), Cuda(1)".
 fn describe_devices(run: &tandem_experiment::RunSummary) -> String {
+    let per_rank = describe_rank_devices(run);
+    match &run.cluster {
+        Some(cluster) => format!("{} ranks × ({per_rank})", cluster.ranks),
+        None => per_rank,
+    }
+}
+
+/// The devices of one process (rank 0's, in a multi-process run).
+fn describe_rank_devices(run: &tandem_experiment::RunSummary) -> String {
     let cpu = run.backend.parse::<tandem_experiment::BackendKind>().is_ok_and(|b| b.is_cpu());
     let first = run.devices.first().map_or("?", |d| d.as_str());
     let count = run.devices.len();

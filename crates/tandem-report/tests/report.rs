@@ -85,6 +85,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         started_at: "2026-12-01T00:00:00Z".into(),
         finished_at: "2026-12-01T00:01:00Z".into(),
         extra: Default::default(),
+        cluster: None,
     };
     s.set_epochs(records);
     s

@@ -1,0 +1,209 @@
+//! Multi-process jobs: `mpirun -np 2 tandem run …` on this machine (feature `mpi`).
+//!
+//! Skipped with a message when `mpirun` or the data is missing, unless `TANDEM_REQUIRE_MPI=1`
+//! (CI), which makes a missing `mpirun` a failure.
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use burn::backend::NdArray;
+use burn::module::Module;
+use burn::record::{BinFileRecorder, FullPrecisionSettings};
+use common::data_dir;
+use tandem_experiment::{Manifest, RunSummary};
+use tandem_models::{Classifier, InputSpec};
+
+/// `mpirun` with the settings a test on one machine needs: root allowed (CI runs as root), no
+/// core binding and no network transports (shared memory only).
+fn mpirun() -> Option<Command> {
+    let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(std::env::var_os("TANDEM_REQUIRE_MPI").is_none(), "TANDEM_REQUIRE_MPI is set but `mpirun` does not run");
+        eprintln!("mpirun not found: skipping the multi-process test");
+        return None;
+    }
+    let mut command = Command::new("mpirun");
+    command
+        .args(["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    Some(command)
+}
+
+/// A tiny data-parallel manifest: `replicas` per rank, `epochs` epochs.
+fn manifest(dir: &Path, name: &str, data: &Path, replicas: usize, epochs: usize, extra: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "[experiment]\nname = \"{name}\"\nseeds = [3]\nbackend = \"ndarray\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 192\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = {epochs}\nbatch_size = 30\n\n[strategy]\nkind = \"data-parallel\"\nreplicas = {replicas}\n{extra}\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\ndropout = 0.0\n",
+        data.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The one run folder under `out/<experiment>/`.
+fn run_dir(out: &Path, experiment: &str) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(out.join(experiment)).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.remove(0)
+}
+
+/// The trained parameters a run saved.
+fn saved_parameters(run: &Path) -> Vec<f32> {
+    let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let manifest = Manifest::load(&run.join("manifest.toml")).unwrap();
+    let input = InputSpec { vocab_size: summary.vocab_size, max_len: summary.max_len, num_classes: 4 };
+    let device = Default::default();
+    let model: Classifier<NdArray> = manifest.models[0].config.init(&input, &device);
+    let model = model.load_file(run.join("model"), &BinFileRecorder::<FullPrecisionSettings>::new(), &device).unwrap();
+    model.parameter_values()
+}
+
+fn output(command: &mut Command) -> (bool, String) {
+    let out = command.output().expect("run mpirun");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn two_ranks_of_one_replica_equal_one_process_of_two() {
+    across_ranks_equals_one_process(1);
+}
+
+#[test]
+fn two_ranks_of_two_replicas_equal_one_process_of_four() {
+    across_ranks_equals_one_process(2);
+}
+
+/// 2 ranks × `replicas` against 1 process × 2·`replicas`: the same shards of every batch, so
+/// the same parameters after training.
+fn across_ranks_equals_one_process(replicas: usize) {
+    let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let across = manifest(dir.path(), "across", &data, replicas, 2, "\n[cluster]\nranks = 2\n");
+    let (ok, log) = output(mpirun.args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"]).arg(&out).arg(&across));
+    assert!(ok, "{log}");
+    let single = manifest(dir.path(), "single", &data, 2 * replicas, 2, "");
+    let (ok, _, stderr) = common::tandem(&["run", "--offline", "--out", out.to_str().unwrap(), single.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+
+    let (across, single) = (run_dir(&out, "across"), run_dir(&out, "single"));
+    let (a, b) = (saved_parameters(&across), saved_parameters(&single));
+    let norm = b.iter().map(|v| v * v).sum::<f32>().sqrt();
+    let distance = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt();
+    eprintln!("2 ranks × {replicas} vs 1 process × {}: relative parameter difference {:e}", 2 * replicas, distance / norm);
+    assert!(distance <= 1e-5 * norm, "relative parameter difference {}", distance / norm);
+
+    // Rank 0 wrote the results, with a cluster block; rank 1 only its log.
+    let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(across.join("summary.json")).unwrap()).unwrap();
+    let cluster = summary.cluster.clone().expect("a cluster block");
+    assert_eq!((cluster.ranks, cluster.replicas_per_rank), (2, replicas));
+    assert!(cluster.cross_rank_bytes_per_replica_per_step > 0.0 && cluster.cross_rank_seconds > 0.0, "{cluster:?}");
+    let single_summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(single.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary.train_samples, single_summary.train_samples);
+    let loss = |s: &RunSummary| s.final_holdout_loss.unwrap();
+    assert!((loss(&summary) - loss(&single_summary)).abs() < 1e-4, "{} vs {}", loss(&summary), loss(&single_summary));
+    let rank1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(across.join("rank-1.json")).unwrap()).unwrap();
+    assert_eq!(rank1["status"], "finished", "{rank1}");
+    assert_eq!(rank1["epochs_completed"], 2, "{rank1}");
+}
+
+#[test]
+fn ranks_with_different_manifests_stop_with_the_same_clear_error() {
+    let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let a = manifest(dir.path(), "a", &data, 1, 1, "");
+    let b = manifest(dir.path(), "b", &data, 1, 2, "");
+    let tandem = env!("CARGO_BIN_EXE_tandem");
+    let started = Instant::now();
+    let (ok, log) = output(mpirun.args(["-np", "1", tandem, "run", "--offline", "--out"]).arg(&out).arg(&a).args([":", "-np", "1", tandem, "run", "--offline", "--out"]).arg(&out).arg(&b));
+    assert!(!ok, "{log}");
+    for rank in [0, 1] {
+        assert!(log.contains(&format!("rank {rank}: ")) && log.contains("rank(s) [1] run a different manifest than rank 0"), "{log}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+    assert!(!out.join("a").exists() && !out.join("b").exists(), "no results for a job that did not start");
+}
+
+/// Starts a long 2-rank job, waits until rank 0 reports its first epoch, does `act` to rank 1's
+/// process, and returns mpirun's exit, its output and how long the job took to end after `act`.
+fn disturb_rank_1(act: &str, extra: &str) -> Option<(bool, String, Duration)> {
+    let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return None };
+    let dir = tempfile::tempdir().unwrap();
+    let job = manifest(dir.path(), "long", &data, 1, 50, extra);
+    let mut child = mpirun
+        .args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"])
+        .arg(dir.path().join("results"))
+        .arg(&job)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.stderr.take().unwrap())] {
+        let tx = tx.clone();
+        std::thread::spawn(move || BufReader::new(stream).lines().map_while(Result::ok).for_each(|line| drop(tx.send(line))));
+    }
+    let mut log = String::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !log.contains("epoch  1:") {
+        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("no first epoch:\n{log}"));
+        log += &(line + "\n");
+    }
+    let rank1 = rank_pid(&job, 1).expect("rank 1's process");
+    assert!(Command::new("kill").args([act, &rank1.to_string()]).status().unwrap().success());
+    let acted = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if acted.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("the job did not end within 90 s of `kill {act}` on rank 1:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ended = acted.elapsed();
+    eprintln!("`kill {act}` on rank 1: the job ended {ended:?} later");
+    std::thread::sleep(Duration::from_millis(200));
+    log.extend(rx.try_iter().map(|l| l + "\n"));
+    eprintln!("{log}");
+    Some((status.success(), log, ended))
+}
+
+/// The process of MPI rank `rank` running the manifest `job`.
+fn rank_pid(job: &Path, rank: usize) -> Option<u32> {
+    let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let environ = std::fs::read(entry.path().join("environ")).ok()?;
+        let runs_job = cmdline.split(|&b| b == 0).any(|arg| arg == job.as_os_str().as_encoded_bytes());
+        (runs_job && environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes())).then_some(pid)
+    })
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_with_an_error_naming_it() {
+    let Some((ok, log, ended)) = disturb_rank_1("-KILL", "") else { return };
+    assert!(!ok, "{log}");
+    assert!(log.contains("rank 1"), "{log}");
+    assert!(ended < Duration::from_secs(30), "took {ended:?}");
+}
+
+#[test]
+fn a_stuck_rank_ends_the_job_after_the_timeout() {
+    // Rank 1 stops (SIGSTOP) but does not die: only Tandem's own deadline notices.
+    let Some((ok, log, ended)) = disturb_rank_1("-STOP", "timeout_seconds = 5\n") else { return };
+    assert!(!ok, "{log}");
+    // Rank 0's all-reduce deadline or its replica watchdog, whichever passes first.
+    assert!(log.contains("error: rank 0 of 2: ") && log.contains("for 5 s"), "{log}");
+    assert!(ended < Duration::from_secs(30), "took {ended:?}");
+}

@@ -1,0 +1,73 @@
+//! The processes ("ranks") of a multi-process job, as the strategies see them.
+//!
+//! A job runs one Tandem process per rank (launched by `mpirun` or a batch scheduler). Each rank
+//! runs its own local replicas; [`Ranks`] tells a process its place in the job and gives each
+//! local replica a [`RankLink`]: replica `j` of every rank reduces its gradients over link `j`.
+//! The MPI implementation is `MpiRanks` (feature `mpi`).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// This process's place in a multi-process job, and the job-wide operations Tandem needs.
+pub trait Ranks: Send + Sync {
+    /// This process's rank, `0..size()`.
+    fn rank(&self) -> usize;
+    /// Number of ranks in the job.
+    fn size(&self) -> usize;
+    /// This rank's host name.
+    fn host(&self) -> String;
+    /// Collective: fails on every rank when ranks disagree on `value`, naming the ranks whose
+    /// `what` differs from rank 0's.
+    fn check_same(&self, what: &str, value: u64) -> Result<(), String>;
+    /// Collective: rank 0's `text`, on every rank.
+    fn broadcast_text(&self, text: &str) -> Result<String, String>;
+    /// Collective: one link per local replica (every rank asks for the same number).
+    fn replica_links(&self, replicas: usize) -> Result<Vec<Box<dyn RankLink>>, String>;
+    /// Ends every rank of the job, after printing `message`: for failures that would leave the
+    /// other ranks waiting in a collective.
+    fn abort(&self, message: &str) -> !;
+}
+
+impl fmt::Debug for dyn Ranks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} of {}", self.rank(), self.size())
+    }
+}
+
+/// A channel between the same local replica of every rank.
+pub trait RankLink: Send + Sync {
+    /// Sums `values` element-wise over all ranks, in place. A partner that has not joined
+    /// within `timeout` ends the job with an error naming the wait (collectives cannot be
+    /// cancelled, so the job cannot go on).
+    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), String>;
+}
+
+/// A replica's link to the other ranks, with the figures its all-reduce accounting needs.
+#[derive(Clone)]
+pub(crate) struct CrossRank {
+    pub link: Arc<dyn RankLink>,
+    pub ranks: usize,
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for CrossRank {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CrossRank {{ ranks: {} }}", self.ranks)
+    }
+}
+
+/// Environment variables that MPI launchers set in each process they start (OpenMPI, MPICH /
+/// Intel MPI's Hydra, PMIx launchers such as Slurm's `srun --mpi=pmix`).
+const LAUNCHER_VARIABLES: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"];
+
+/// Whether an MPI launcher (`mpirun`, `srun`…) started this process.
+pub fn launched_by_mpi() -> bool {
+    LAUNCHER_VARIABLES.iter().any(|v| std::env::var_os(v).is_some())
+}
+
+/// FNV-1a: a stable 64-bit hash of `bytes`, the same on every machine and build (for comparing
+/// manifests and data across ranks).
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
