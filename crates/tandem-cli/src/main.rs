@@ -85,10 +85,9 @@ fn dispatch(command: Command) -> Result<(), String> {
     match command {
         Command::Run { manifest, backend, devices, out, offline } => {
             let manifest = Manifest::load(&manifest).map_err(|e| e.to_string())?;
-            let ranks = join_mpi_job()?;
-            let options = RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal(), ranks: ranks.clone() };
+            let options = RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal(), ranks: join_mpi_job()? };
             // In a multi-process job every rank must call the same collectives: no second attempt.
-            let offline = offline || ranks.as_ref().is_some_and(|r| r.size() > 1);
+            let offline = offline || options.job().is_some();
             let outcome = match run(&manifest, &options) {
                 Err(e) if e.is_missing_data() && !offline => {
                     let dir = manifest.data_dir();
@@ -98,8 +97,8 @@ fn dispatch(command: Command) -> Result<(), String> {
                 }
                 other => other,
             };
-            match (outcome, ranks.as_deref().filter(|r| r.size() > 1)) {
-                (Ok(summaries), ranks) if ranks.is_none_or(|r| r.rank() == 0) => {
+            match (outcome, options.job()) {
+                (Ok(summaries), job) if job.is_none_or(|r| r.rank() == 0) => {
                     eprintln!("{} runs finished; results in {}", summaries.len(), options.out.join(&manifest.experiment.name).display());
                     Ok(())
                 }
@@ -175,10 +174,10 @@ fn join_mpi_job() -> Result<Option<Arc<dyn Ranks>>, String> {
 
 #[cfg(not(feature = "mpi"))]
 fn join_mpi_job() -> Result<Option<Arc<dyn Ranks>>, String> {
-    match tandem_experiment::launched_by_mpi() {
+    match tandem_experiment::launched_job_size() {
         // Every rank would run the whole experiment on its own.
-        true => Err("this build has no MPI support, but an MPI launcher started it: rebuild with `--features mpi`".into()),
-        false => Ok(None),
+        Some(size) if size > 1 => Err(format!("this build has no MPI support, but an MPI launcher started it as one of {size} processes: rebuild with `--features mpi`")),
+        _ => Ok(None),
     }
 }
 

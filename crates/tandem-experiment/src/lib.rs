@@ -13,7 +13,7 @@ pub use results::RunSummary;
 pub use runner::{run, RunOptions};
 #[cfg(feature = "mpi")]
 pub use tandem_parallel::MpiRanks;
-pub use tandem_parallel::{launched_by_mpi, Ranks};
+pub use tandem_parallel::{launched_job_size, Ranks};
 
 /// Tandem's version, recorded in every results folder.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -109,7 +109,9 @@ pub struct RunSummary {
 /// between ranks cost. The other ranks' own records are `rank-N.json` beside it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ClusterInfo {
+    /// Processes in the job.
     pub ranks: usize,
+    /// Data-parallel replicas each rank ran.
     pub replicas_per_rank: usize,
     /// Seconds a replica spent in all-reduces across ranks, summed over the epochs.
     pub cross_rank_seconds: f64,
@@ -134,12 +136,16 @@ impl ClusterInfo {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RankLog {
     pub rank: usize,
+    /// The machine it ran on, as MPI names it.
     pub host: String,
     pub status: RunStatus,
+    /// Why this rank's part failed.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<String>,
+    /// This rank's devices, as the backend names them.
     pub devices: Vec<String>,
     pub epochs_completed: usize,
+    /// Training time on this rank (evaluation excluded).
     pub train_seconds: f64,
     pub started_at: String,
     pub finished_at: String,

@@ -31,6 +31,13 @@ pub struct RunOptions {
     pub ranks: Option<Arc<dyn Ranks>>,
 }
 
+impl RunOptions {
+    /// The ranks of a multi-process job; `None` for a single process (a job of one rank too).
+    pub fn job(&self) -> Option<&dyn Ranks> {
+        self.ranks.as_deref().filter(|r| r.size() > 1)
+    }
+}
+
 impl Default for RunOptions {
     fn default() -> Self {
         Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None }
@@ -106,16 +113,10 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
         )));
     }
     let devices = run_devices(manifest, options, backend)?;
-    let ranks = options.ranks.as_deref().filter(|r| r.size() > 1);
-    let size = ranks.map_or(1, |r| r.size());
-    if let Some(wanted) = manifest.cluster.ranks.filter(|&n| n != size) {
-        return Err(RunError::Job(format!(
-            "{}: [cluster] ranks = {wanted}, but the job has {size} (start it with `mpirun -np {wanted} tandem run …`)",
-            manifest.source.display()
-        )));
-    }
-    if let Some(ranks) = ranks {
-        check_job(manifest, backend, ranks)?;
+    let ranks = options.job();
+    match ranks {
+        Some(ranks) => check_job(manifest, backend, ranks)?,
+        None => check_job_size(manifest, 1)?,
     }
     let data = prepare_data(manifest)?;
     if let Some(ranks) = ranks {
@@ -145,10 +146,22 @@ fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn Ranks) -> Re
     ranks.check_same("Tandem version", fingerprint(crate::VERSION.as_bytes())).map_err(config)?;
     ranks.check_same("manifest", fingerprint(manifest.to_toml().as_bytes())).map_err(config)?;
     ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(config)?;
+    check_job_size(manifest, ranks.size())?;
     match manifest.strategies.iter().find(|s| !matches!(s, StrategyConfig::DataParallel(_))) {
         Some(other) => Err(config(format!(
             "strategy `{}` runs in one process; only data-parallel spans ranks so far (run it without mpirun)",
             other.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Fails when the job does not have the `[cluster] ranks` the manifest asks for.
+fn check_job_size(manifest: &Manifest, size: usize) -> Result<(), RunError> {
+    match manifest.cluster.ranks.filter(|&n| n != size) {
+        Some(wanted) => Err(RunError::Job(format!(
+            "{}: [cluster] ranks = {wanted}, but the job has {size} (start it with `mpirun -np {wanted} tandem run …`)",
+            manifest.source.display()
         ))),
         None => Ok(()),
     }
@@ -205,7 +218,7 @@ fn run_one(
         let path = path.to_path_buf();
         move |source| RunError::Results { path, source }
     };
-    let ranks = options.ranks.as_deref().filter(|r| r.size() > 1);
+    let ranks = options.job();
     let writes_results = ranks.is_none_or(|r| r.rank() == 0);
     let (dir, run_id) = match ranks {
         None => results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?,
@@ -291,9 +304,15 @@ fn run_one(
         results::write_json(&dir.join("summary.json"), &summary).map_err(io_err(&dir))?;
     }
     match (&summary.error, ranks) {
-        // The other ranks may be waiting for this one in a collective: end the job (results so
-        // far are written).
-        (Some(e), Some(ranks)) => ranks.abort(&format!("{run_id} failed on rank {} after {} epochs: {e}", ranks.rank(), records.len())),
+        // The other ranks may be waiting for this one in a collective: end the job, now that
+        // this rank's results are written. A rank other than 0 first leaves rank 0 a moment to
+        // write its own, in case the failure struck every rank.
+        (Some(e), Some(ranks)) => {
+            if ranks.rank() != 0 {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+            }
+            ranks.abort(&format!("{run_id} failed on rank {} after {} epochs: {e}", ranks.rank(), records.len()))
+        }
         (Some(e), None) => eprintln!("{run_id}: FAILED after {} epochs: {e}", records.len()),
         (None, _) if !writes_results => {}
         (None, _) => eprintln!(
@@ -436,6 +455,10 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         Ok(strategy) => strategy,
         Err(e) => return Outcome { parameters, shared_devices, ..Outcome::failed(e) },
     };
+    if let Some(ranks) = ctx.ranks {
+        // Same initial parameters everywhere (checked), but each rank its own dropout masks.
+        tandem_train::seed_backend::<B>(&device, ctx.seed.wrapping_add(ranks.rank() as u64));
+    }
     let epochs_path = ctx.dir.join("epochs.jsonl");
     let mut written: Vec<EpochRecord> = Vec::new();
     let progress = &ctx.progress;

@@ -72,8 +72,9 @@ impl Slot {
 ///
 /// Every replica builds the same exchange from the same model, so their all-reduce calls
 /// line up one for one. In a multi-process job each sum over the local replicas is then summed
-/// over the ranks (hierarchical, as Horovod does): replica `j` of every rank over link `j`.
-#[derive(Clone, Debug)]
+/// over the ranks: replica `j` of every rank over link `j`. (Every local replica sends the whole
+/// sum, R times the bytes of one; Horovod's reduce-scatter would avoid that.)
+#[derive(Debug)]
 pub struct GradientExchange {
     rank: usize,
     peers: usize,
@@ -141,7 +142,7 @@ impl GradientExchange {
     /// exactly as one device computing the whole batch would get it. `rows` lists every token id
     /// of the global batch (see [`touched_rows`]); every replica must pass the same list.
     pub fn average<B: AutodiffBackend>(
-        &self,
+        &mut self,
         model: &Classifier<B>,
         local: Option<GradientsParams>,
         weight: f64,
@@ -158,7 +159,7 @@ impl GradientExchange {
         stats.dense_bytes = self.kind.bytes_per_peer(4 * self.slots.iter().map(Slot::numel).sum::<usize>() as u64, self.rank, self.peers);
         let mut reduced = Vec::with_capacity(flatten.flats.len());
         let mut flats = flatten.flats.into_iter();
-        for bucket in &self.buckets {
+        for bucket in self.buckets.clone() {
             let parts: Vec<Tensor<B::InnerBackend, 1>> = flats.by_ref().take(bucket.len()).collect();
             let sizes: Vec<usize> = parts.iter().map(|t| t.dims()[0]).collect();
             let summed = self.all_reduce(Tensor::cat(parts, 0).mul_scalar(weight), &mut stats)?;
@@ -178,7 +179,7 @@ impl GradientExchange {
     }
 
     fn all_reduce<B: burn::tensor::backend::Backend, const D: usize>(
-        &self,
+        &mut self,
         tensor: Tensor<B, D>,
         stats: &mut CommStats,
     ) -> Result<Tensor<B, D>, String> {
@@ -186,7 +187,7 @@ impl GradientExchange {
         let bytes = self.kind.bytes_per_peer(4 * elements, self.rank, self.peers);
         let started = Instant::now();
         let summed = if self.peers > 1 { collective::all_reduce_sum(self.rank, tensor)? } else { tensor };
-        let summed = match &self.cross {
+        let summed = match &mut self.cross {
             Some(cross) => reduce_across_ranks(cross, summed, stats)?,
             None => summed,
         };
@@ -201,7 +202,7 @@ impl GradientExchange {
 
 /// Sums `tensor` over the ranks through host memory (MPI moves host buffers).
 fn reduce_across_ranks<B: burn::tensor::backend::Backend, const D: usize>(
-    cross: &CrossRank,
+    cross: &mut CrossRank,
     tensor: Tensor<B, D>,
     stats: &mut CommStats,
 ) -> Result<Tensor<B, D>, String> {

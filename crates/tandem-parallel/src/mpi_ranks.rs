@@ -1,15 +1,16 @@
 //! [`Ranks`] over MPI (rsmpi): one process per rank, launched by `mpirun` or a batch scheduler.
 //!
-//! Every wait is bounded: collectives are started non-blocking and polled against a deadline.
-//! MPI cannot cancel a collective, so a deadline that passes ends the whole job (`MPI_Abort`)
-//! with a message naming the wait; a rank that dies is reported by the launcher, which ends the
-//! others.
+//! The waits of set-up and training are bounded: collectives are started non-blocking and
+//! polled against a deadline. MPI cannot cancel a collective, so past the deadline the request
+//! and its buffers are abandoned (leaked), the error goes back to the caller, which records what
+//! it has and ends the whole job (`MPI_Abort`). A rank that dies is reported by the launcher,
+//! which ends the others. (`MPI_Comm_dup` at start and `MPI_Finalize` at the end still block.)
 
 use std::time::{Duration, Instant};
 
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
-use mpi::request::{Request, Scope};
+use mpi::request::{Request, StaticScope};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Threading;
@@ -19,9 +20,11 @@ use crate::ranks::{launched_by_mpi, RankLink, Ranks};
 /// How long the job's set-up collectives (checks, run names) wait for every rank.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// A communicator handed to another thread. Sound because MPI runs with
-/// `MPI_THREAD_MULTIPLE` (any thread may call it) and each communicator is used by one thread
-/// at a time.
+/// A communicator that may move to another thread (`Send`) or be shared (`Sync`). Sound
+/// because `join` insists on `MPI_THREAD_MULTIPLE` (any thread may call MPI), and Tandem calls
+/// each communicator's collectives from one thread at a time: a link belongs to one replica
+/// (`&mut self`), the world's collectives run on the thread that drives the run, and `abort`
+/// may come from any thread (MPI allows that).
 struct Comm(SimpleCommunicator);
 unsafe impl Send for Comm {}
 unsafe impl Sync for Comm {}
@@ -69,34 +72,37 @@ impl Ranks for MpiRanks {
     }
 
     fn check_same(&self, what: &str, value: u64) -> Result<(), String> {
-        let mut all = vec![0u64; self.size];
-        mpi::request::scope(|scope| {
-            let request = self.world.0.immediate_all_gather_into(scope, &value, &mut all[..]);
-            wait_within(request, SETUP_TIMEOUT, &format!("comparing every rank's {what}"))
-        })?;
+        let (send, all) = (RequestBuffer::new(vec![value]), RequestBuffer::new(vec![0u64; self.size]));
+        // SAFETY: the buffers are read only after the request completed.
+        let request = unsafe { self.world.0.immediate_all_gather_into(StaticScope, send.lend(), all.lend()) };
+        wait_within(request, SETUP_TIMEOUT, &format!("comparing every rank's {what}"))?;
+        let all = unsafe { all.into_vec() };
         let differing: Vec<usize> = (1..self.size).filter(|&r| all[r] != all[0]).collect();
         match differing.is_empty() {
             true => Ok(()),
-            false => Err(format!("rank(s) {differing:?} run a different {what} than rank 0 (every rank must run the same one)")),
+            false => Err(format!("rank(s) {differing:?} have a different {what} from rank 0's (every rank must have the same)")),
         }
     }
 
     fn broadcast_text(&self, text: &str) -> Result<String, String> {
         let root = self.world.0.process_at_rank(0);
-        let mut len = text.len() as u64;
-        mpi::request::scope(|scope| wait_within(root.immediate_broadcast_into(scope, &mut len), SETUP_TIMEOUT, "receiving rank 0's run name"))?;
-        let mut bytes = if self.rank == 0 { text.as_bytes().to_vec() } else { vec![0u8; len as usize] };
-        mpi::request::scope(|scope| wait_within(root.immediate_broadcast_into(scope, &mut bytes[..]), SETUP_TIMEOUT, "receiving rank 0's run name"))?;
-        String::from_utf8(bytes).map_err(|e| format!("rank 0 sent a run name that is not UTF-8: {e}"))
+        let len = RequestBuffer::new(vec![text.len() as u64]);
+        // SAFETY (both): each buffer is read only after its request completed.
+        wait_within(root.immediate_broadcast_into(StaticScope, unsafe { len.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name")?;
+        let len = unsafe { len.into_vec() }[0] as usize;
+        let bytes = RequestBuffer::new(if self.rank == 0 { text.as_bytes().to_vec() } else { vec![0u8; len] });
+        wait_within(root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name")?;
+        String::from_utf8(unsafe { bytes.into_vec() }).map_err(|e| format!("rank 0 sent a run name that is not UTF-8: {e}"))
     }
 
-    fn replica_links(&self, replicas: usize) -> Result<Vec<Box<dyn RankLink>>, String> {
+    fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, String> {
         // MPI_Comm_dup is collective: every rank duplicates in the same order.
-        Ok((0..replicas).map(|_| Box::new(MpiLink(Comm(self.world.0.duplicate()))) as Box<dyn RankLink>).collect())
+        Ok((0..count).map(|_| Box::new(MpiLink(Comm(self.world.0.duplicate()))) as Box<dyn RankLink>).collect())
     }
 
     fn abort(&self, message: &str) -> ! {
-        abort_job(message)
+        eprintln!("error: rank {} of {}: {message}; ending the MPI job", self.rank, self.size);
+        SimpleCommunicator::world().abort(3)
     }
 }
 
@@ -104,18 +110,43 @@ impl Ranks for MpiRanks {
 struct MpiLink(Comm);
 
 impl RankLink for MpiLink {
-    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), String> {
-        let send = values.to_vec();
-        mpi::request::scope(|scope| {
-            let request = self.0 .0.immediate_all_reduce_into(scope, &send[..], values, SystemOperation::sum());
-            wait_within(request, timeout, "in a gradient all-reduce across ranks")
-        })
+    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String> {
+        let (send, sum) = (RequestBuffer::new(values.to_vec()), RequestBuffer::new(vec![0f32; values.len()]));
+        // SAFETY: the buffers are read only after the request completed.
+        let request = unsafe { self.0 .0.immediate_all_reduce_into(StaticScope, &*send.lend(), sum.lend(), SystemOperation::sum()) };
+        wait_within(request, timeout, "in a gradient all-reduce across ranks")?;
+        values.copy_from_slice(&unsafe { sum.into_vec() });
+        drop(unsafe { send.into_vec() });
+        Ok(())
     }
 }
 
-/// Polls `request` until it completes; past `timeout` ends the job (the request cannot be
-/// cancelled, and dropping it unfinished would abort anyway).
-fn wait_within<'a, D: ?Sized, S: Scope<'a>>(mut request: Request<'a, D, S>, timeout: Duration, what: &str) -> Result<(), String> {
+/// A heap buffer lent to a non-blocking MPI request for as long as MPI may use it. Its memory
+/// is given back only through [`into_vec`](Self::into_vec), after the request completed; the
+/// buffer of a request abandoned at its deadline is leaked, so MPI never writes to freed memory.
+struct RequestBuffer<T>(*mut [T]);
+
+impl<T> RequestBuffer<T> {
+    fn new(values: Vec<T>) -> Self {
+        Self(Box::into_raw(values.into_boxed_slice()))
+    }
+
+    /// The buffer, for the request.
+    /// SAFETY: nothing else may touch it until the request completed.
+    unsafe fn lend(&self) -> &'static mut [T] {
+        unsafe { &mut *self.0 }
+    }
+
+    /// The contents, and the memory back.
+    /// SAFETY: only once the request that borrowed it completed.
+    unsafe fn into_vec(self) -> Vec<T> {
+        unsafe { Box::from_raw(self.0) }.into_vec()
+    }
+}
+
+/// Polls `request` until it completes. Past `timeout` it abandons the request (forgets it: MPI
+/// cannot cancel a collective, and dropping it unfinished would abort the process) and fails.
+fn wait_within<D: ?Sized>(mut request: Request<'static, D, StaticScope>, timeout: Duration, what: &str) -> Result<(), String> {
     let started = Instant::now();
     loop {
         match request.test() {
@@ -124,17 +155,12 @@ fn wait_within<'a, D: ?Sized, S: Scope<'a>>(mut request: Request<'a, D, S>, time
         }
         let waited = started.elapsed();
         if waited > timeout {
-            abort_job(&format!("no answer from the other ranks for {} s while {what}; a rank is stuck or gone", timeout.as_secs_f64()));
+            std::mem::forget(request);
+            return Err(format!("no answer from the other ranks for {} s while {what}; a rank is stuck or gone", timeout.as_secs_f64()));
         }
         // Spin briefly (all-reduces are usually quick), then let the other threads compute.
         if waited > Duration::from_millis(1) {
             std::thread::sleep(Duration::from_micros(50));
         }
     }
-}
-
-fn abort_job(message: &str) -> ! {
-    let world = SimpleCommunicator::world();
-    eprintln!("error: rank {} of {}: {message}; ending the MPI job", world.rank(), world.size());
-    world.abort(3)
 }

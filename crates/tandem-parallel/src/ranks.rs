@@ -6,7 +6,6 @@
 //! The MPI implementation is `MpiRanks` (feature `mpi`).
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// This process's place in a multi-process job, and the job-wide operations Tandem needs.
@@ -17,13 +16,14 @@ pub trait Ranks: Send + Sync {
     fn size(&self) -> usize;
     /// This rank's host name.
     fn host(&self) -> String;
-    /// Collective: fails on every rank when ranks disagree on `value`, naming the ranks whose
-    /// `what` differs from rank 0's.
+    /// Collective (call from one thread): fails on every rank when ranks disagree on `value`,
+    /// naming the ranks whose `what` differs from rank 0's.
     fn check_same(&self, what: &str, value: u64) -> Result<(), String>;
-    /// Collective: rank 0's `text`, on every rank.
+    /// Collective (call from one thread): rank 0's `text`, on every rank.
     fn broadcast_text(&self, text: &str) -> Result<String, String>;
-    /// Collective: one link per local replica (every rank asks for the same number).
-    fn replica_links(&self, replicas: usize) -> Result<Vec<Box<dyn RankLink>>, String>;
+    /// Collective (call from one thread): `count` links, each joining the same link of every
+    /// rank (every rank asks for the same number, e.g. one per local replica).
+    fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, String>;
     /// Ends every rank of the job, after printing `message`: for failures that would leave the
     /// other ranks waiting in a collective.
     fn abort(&self, message: &str) -> !;
@@ -35,18 +35,18 @@ impl fmt::Debug for dyn Ranks {
     }
 }
 
-/// A channel between the same local replica of every rank.
-pub trait RankLink: Send + Sync {
-    /// Sums `values` element-wise over all ranks, in place. A partner that has not joined
-    /// within `timeout` ends the job with an error naming the wait (collectives cannot be
-    /// cancelled, so the job cannot go on).
-    fn all_reduce_sum(&self, values: &mut [f32], timeout: Duration) -> Result<(), String>;
+/// A channel joining one thread of every rank (e.g. the same local replica); used by one
+/// thread at a time.
+pub trait RankLink: Send {
+    /// Sums `values` element-wise over all ranks, in place. Fails when a rank has not joined
+    /// within `timeout`; the job cannot go on after that (a collective cannot be cancelled),
+    /// so the caller records what it has and then ends the job ([`Ranks::abort`]).
+    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String>;
 }
 
 /// A replica's link to the other ranks, with the figures its all-reduce accounting needs.
-#[derive(Clone)]
 pub(crate) struct CrossRank {
-    pub link: Arc<dyn RankLink>,
+    pub link: Box<dyn RankLink>,
     pub ranks: usize,
     pub timeout: Duration,
 }
@@ -64,6 +64,11 @@ const LAUNCHER_VARIABLES: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX
 /// Whether an MPI launcher (`mpirun`, `srun`…) started this process.
 pub fn launched_by_mpi() -> bool {
     LAUNCHER_VARIABLES.iter().any(|v| std::env::var_os(v).is_some())
+}
+
+/// The job size an MPI launcher announced, where it says (OpenMPI, Hydra, Slurm).
+pub fn launched_job_size() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"].iter().find_map(|v| std::env::var(v).ok()?.parse().ok())
 }
 
 /// FNV-1a: a stable 64-bit hash of `bytes`, the same on every machine and build (for comparing
