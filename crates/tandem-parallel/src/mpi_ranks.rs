@@ -58,6 +58,16 @@ impl MpiRanks {
     }
 }
 
+impl MpiRanks {
+    /// A set-up wait that failed means a rank is gone before anything was computed: end the job
+    /// (returning would lead into `MPI_Finalize`, which waits for every rank).
+    fn set_up(&self, waited: Result<(), String>) {
+        if let Err(e) = waited {
+            self.abort(&e)
+        }
+    }
+}
+
 impl Ranks for MpiRanks {
     fn rank(&self) -> usize {
         self.rank
@@ -75,7 +85,7 @@ impl Ranks for MpiRanks {
         let (send, all) = (RequestBuffer::new(vec![value]), RequestBuffer::new(vec![0u64; self.size]));
         // SAFETY: the buffers are read only after the request completed.
         let request = unsafe { self.world.0.immediate_all_gather_into(StaticScope, send.lend(), all.lend()) };
-        wait_within(request, SETUP_TIMEOUT, &format!("comparing every rank's {what}"))?;
+        self.set_up(wait_within(request, SETUP_TIMEOUT, &format!("comparing every rank's {what}")));
         let all = unsafe { all.into_vec() };
         let differing: Vec<usize> = (1..self.size).filter(|&r| all[r] != all[0]).collect();
         match differing.is_empty() {
@@ -88,10 +98,10 @@ impl Ranks for MpiRanks {
         let root = self.world.0.process_at_rank(0);
         let len = RequestBuffer::new(vec![text.len() as u64]);
         // SAFETY (both): each buffer is read only after its request completed.
-        wait_within(root.immediate_broadcast_into(StaticScope, unsafe { len.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name")?;
+        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { len.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name"));
         let len = unsafe { len.into_vec() }[0] as usize;
         let bytes = RequestBuffer::new(if self.rank == 0 { text.as_bytes().to_vec() } else { vec![0u8; len] });
-        wait_within(root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name")?;
+        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name"));
         String::from_utf8(unsafe { bytes.into_vec() }).map_err(|e| format!("rank 0 sent a run name that is not UTF-8: {e}"))
     }
 

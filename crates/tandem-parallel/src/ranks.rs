@@ -17,7 +17,8 @@ pub trait Ranks: Send + Sync {
     /// This rank's host name.
     fn host(&self) -> String;
     /// Collective (call from one thread): fails on every rank when ranks disagree on `value`,
-    /// naming the ranks whose `what` differs from rank 0's.
+    /// naming the ranks whose `what` differs from rank 0's. A rank that does not take part in
+    /// time ends the job (nothing has been computed yet).
     fn check_same(&self, what: &str, value: u64) -> Result<(), String>;
     /// Collective (call from one thread): rank 0's `text`, on every rank.
     fn broadcast_text(&self, text: &str) -> Result<String, String>;
