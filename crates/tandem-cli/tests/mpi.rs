@@ -36,20 +36,29 @@ fn mpirun() -> Option<Command> {
     Some(command)
 }
 
-/// A tiny data-parallel manifest: `replicas` per rank, `epochs` epochs.
-fn manifest(dir: &Path, name: &str, data: &Path, replicas: usize, epochs: usize, extra: &str) -> PathBuf {
+/// A tiny manifest of a GRU trained `epochs` epochs with `strategies` (TOML).
+fn manifest(dir: &Path, name: &str, data: &Path, strategies: &str, epochs: usize, extra: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     let text = format!(
-        "[experiment]\nname = \"{name}\"\nseeds = [3]\nbackend = \"ndarray\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 192\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = {epochs}\nbatch_size = 30\n\n[strategy]\nkind = \"data-parallel\"\nreplicas = {replicas}\n{extra}\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\ndropout = 0.0\n",
+        "[experiment]\nname = \"{name}\"\nseeds = [3]\nbackend = \"ndarray\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 192\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = {epochs}\nbatch_size = 30\n\n{strategies}\n{extra}\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\ndropout = 0.0\n",
         data.display()
     );
     std::fs::write(&path, text).unwrap();
     path
 }
 
-/// The one run folder under `out/<experiment>/`.
-fn run_dir(out: &Path, experiment: &str) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(out.join(experiment)).unwrap().map(|e| e.unwrap().path()).collect();
+/// `[strategy]` for `replicas` data-parallel replicas (per rank); `extra` goes into the section.
+fn data_parallel(replicas: usize, extra: &str) -> String {
+    format!("[strategy]\nkind = \"data-parallel\"\nreplicas = {replicas}\n{extra}")
+}
+
+/// The run folder under `out/<experiment>/` whose name starts with `run`.
+fn run_dir(out: &Path, experiment: &str, run: &str) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(out.join(experiment))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(run))
+        .collect();
     assert_eq!(dirs.len(), 1, "{dirs:?}");
     dirs.remove(0)
 }
@@ -80,38 +89,104 @@ fn two_ranks_of_two_replicas_equal_one_process_of_four() {
     across_ranks_equals_one_process(2);
 }
 
+/// Relative distance between two runs' saved parameters.
+fn parameter_difference(a: &Path, b: &Path) -> f32 {
+    let (a, b) = (saved_parameters(a), saved_parameters(b));
+    let norm = b.iter().map(|v| v * v).sum::<f32>().sqrt();
+    a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt() / norm
+}
+
+fn summary(run: &Path) -> RunSummary {
+    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Runs `strategies` on 2 ranks (with `[cluster] ranks = 2`) and `single` in one process, into
+/// `out` under the experiments `across` and `single`.
+fn run_both(out: &Path, dir: &Path, data: &Path, across: &str, single: &str) {
+    let Some(mut mpirun) = mpirun() else { unreachable!("checked by the caller") };
+    let across = manifest(dir, "across", data, across, 2, "\n[cluster]\nranks = 2\n");
+    let (ok, log) = output(mpirun.args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"]).arg(out).arg(&across));
+    assert!(ok, "{log}");
+    let single = manifest(dir, "single", data, single, 2, "");
+    let (ok, _, stderr) = common::tandem(&["run", "--offline", "--out", out.to_str().unwrap(), single.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+}
+
 /// 2 ranks × `replicas` against 1 process × 2·`replicas`: the same shards of every batch, so
 /// the same parameters after training.
 fn across_ranks_equals_one_process(replicas: usize) {
-    let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return };
+    let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let across = manifest(dir.path(), "across", &data, replicas, 2, "\n[cluster]\nranks = 2\n");
-    let (ok, log) = output(mpirun.args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"]).arg(&out).arg(&across));
-    assert!(ok, "{log}");
-    let single = manifest(dir.path(), "single", &data, 2 * replicas, 2, "");
-    let (ok, _, stderr) = common::tandem(&["run", "--offline", "--out", out.to_str().unwrap(), single.to_str().unwrap()]);
-    assert!(ok, "{stderr}");
-
-    let (across, single) = (run_dir(&out, "across"), run_dir(&out, "single"));
-    let (a, b) = (saved_parameters(&across), saved_parameters(&single));
-    let norm = b.iter().map(|v| v * v).sum::<f32>().sqrt();
-    let distance = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt();
-    eprintln!("2 ranks × {replicas} vs 1 process × {}: relative parameter difference {:e}", 2 * replicas, distance / norm);
-    assert!(distance <= 1e-5 * norm, "relative parameter difference {}", distance / norm);
+    run_both(&out, dir.path(), &data, &data_parallel(replicas, ""), &data_parallel(2 * replicas, ""));
+    let (across, single) = (run_dir(&out, "across", "gru"), run_dir(&out, "single", "gru"));
+    let difference = parameter_difference(&across, &single);
+    eprintln!("2 ranks × {replicas} vs 1 process × {}: relative parameter difference {difference:e}", 2 * replicas);
+    assert!(difference <= 1e-5, "relative parameter difference {difference}");
 
     // Rank 0 wrote the results, with a cluster block; rank 1 only its log.
-    let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(across.join("summary.json")).unwrap()).unwrap();
+    let (summary, single_summary) = (summary(&across), summary(&single));
     let cluster = summary.cluster.clone().expect("a cluster block");
-    assert_eq!((cluster.ranks, cluster.replicas_per_rank), (2, replicas));
-    assert!(cluster.cross_rank_bytes_per_replica_per_step > 0.0 && cluster.cross_rank_seconds > 0.0, "{cluster:?}");
-    let single_summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(single.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((cluster.ranks, cluster.replicas_per_rank), (2, Some(replicas)));
+    assert!(cluster.cross_rank_bytes_per_replica_per_step.is_some_and(|b| b > 0.0) && cluster.cross_rank_seconds > 0.0, "{cluster:?}");
     assert_eq!(summary.train_samples, single_summary.train_samples);
     let loss = |s: &RunSummary| s.final_holdout_loss.unwrap();
     assert!((loss(&summary) - loss(&single_summary)).abs() < 1e-4, "{} vs {}", loss(&summary), loss(&single_summary));
-    let rank1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(across.join("rank-1.json")).unwrap()).unwrap();
+    assert_rank_1_finished(&across, 2);
+}
+
+fn assert_rank_1_finished(run: &Path, epochs: usize) {
+    let rank1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("rank-1.json")).unwrap()).unwrap();
     assert_eq!(rank1["status"], "finished", "{rank1}");
-    assert_eq!(rank1["epochs_completed"], 2, "{rank1}");
+    assert_eq!(rank1["epochs_completed"], epochs, "{rank1}");
+}
+
+/// Vanilla model parallelism (1F1B, cuts by time balance: rank 0's hold for both) and
+/// predictive sync (velocity, adaptive trigger: sync votes and the loss cross ranks), each with
+/// its 2 stages on 2 ranks, against the same strategies with both stages in one process.
+#[test]
+fn stages_on_two_ranks_equal_stages_in_one_process() {
+    let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let strategies = "[[strategies]]\nkind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 3\n\n\
+        [[strategies]]\nkind = \"predictive-sync\"\nmodel_parallel = { stages = 2, schedule = \"gpipe\", micro_batches = 3 }\n\
+        predictor = { kind = \"velocity\" }\ntrigger = { kind = \"adaptive\", max_horizon = 4 }\n";
+    run_both(&out, dir.path(), &data, strategies, strategies);
+    for run in ["gru-model-parallel", "gru-predictive-sync"] {
+        let (across, single) = (run_dir(&out, "across", run), run_dir(&out, "single", run));
+        let difference = parameter_difference(&across, &single);
+        eprintln!("{run}: 2 stages on 2 ranks vs in 1 process: relative parameter difference {difference:e}");
+        assert!(difference <= 1e-5, "{run}: relative parameter difference {difference}");
+        let (across_summary, single_summary) = (summary(&across), summary(&single));
+        let loss = |s: &RunSummary| s.final_holdout_loss.unwrap();
+        assert!((loss(&across_summary) - loss(&single_summary)).abs() < 1e-4, "{run}: {} vs {}", loss(&across_summary), loss(&single_summary));
+        let cluster = across_summary.cluster.clone().expect("a cluster block");
+        assert_eq!((cluster.ranks, cluster.stages_per_rank, cluster.replicas_per_rank), (2, Some(1), None));
+        assert!(cluster.cross_rank_bytes_per_step.is_some_and(|b| b > 0.0), "{cluster:?}");
+        // Every stage's figures are gathered on rank 0: the links count what one process counts.
+        let last_epoch = |run: &Path| -> serde_json::Value {
+            let text = std::fs::read_to_string(run.join("epochs.jsonl")).unwrap();
+            serde_json::from_str(text.lines().last().unwrap()).unwrap()
+        };
+        let (a, b) = (last_epoch(&across), last_epoch(&single));
+        for key in ["bytes_per_step", "links_per_step", "peak_live_activations", "stage_parameters", "sync_steps"] {
+            assert_eq!(a["extra"][key], b["extra"][key], "{run}: `{key}`");
+        }
+        assert_rank_1_finished(&across, 2);
+    }
+}
+
+#[test]
+fn stages_that_do_not_divide_among_the_ranks_are_refused_on_every_rank() {
+    let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let job = manifest(dir.path(), "uneven", &data, "[strategy]\nkind = \"model-parallel\"\nstages = 3\n", 1, "");
+    let (ok, log) = output(mpirun.args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"]).arg(dir.path().join("results")).arg(&job));
+    assert!(!ok, "{log}");
+    for rank in [0, 1] {
+        assert!(log.contains(&format!("rank {rank}: ")) && log.contains("3 stages cannot be spread evenly over the job's 2 ranks"), "{log}");
+    }
 }
 
 #[test]
@@ -119,8 +194,8 @@ fn ranks_with_different_manifests_stop_with_the_same_clear_error() {
     let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let a = manifest(dir.path(), "a", &data, 1, 1, "");
-    let b = manifest(dir.path(), "b", &data, 1, 2, "");
+    let a = manifest(dir.path(), "a", &data, &data_parallel(1, ""), 1, "");
+    let b = manifest(dir.path(), "b", &data, &data_parallel(1, ""), 2, "");
     let tandem = env!("CARGO_BIN_EXE_tandem");
     let started = Instant::now();
     let (ok, log) = output(mpirun.args(["-np", "1", tandem, "run", "--offline", "--out"]).arg(&out).arg(&a).args([":", "-np", "1", tandem, "run", "--offline", "--out"]).arg(&out).arg(&b));
@@ -143,12 +218,12 @@ struct Ended {
     dir: tempfile::TempDir,
 }
 
-/// Starts a long 2-rank job, waits until rank 0 reports its first epoch, does `act` to rank 1's
-/// process, and waits (bounded) for the job to end.
-fn disturb_rank_1(act: &str, extra: &str) -> Option<Ended> {
+/// Starts a long 2-rank job of `strategy`, waits until rank 0 reports its first epoch, does
+/// `act` to rank 1's process, and waits (bounded) for the job to end.
+fn disturb_rank_1(act: &str, strategy: &str) -> Option<Ended> {
     let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return None };
     let dir = tempfile::tempdir().unwrap();
-    let job = manifest(dir.path(), "long", &data, 1, 50, extra);
+    let job = manifest(dir.path(), "long", &data, strategy, 50, "");
     let mut child = mpirun
         .args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"])
         .arg(dir.path().join("results"))
@@ -203,7 +278,7 @@ fn rank_pid(job: &Path, rank: usize) -> Option<u32> {
 
 #[test]
 fn a_killed_rank_ends_the_job_with_an_error_naming_it() {
-    let Some(ended) = disturb_rank_1("-KILL", "") else { return };
+    let Some(ended) = disturb_rank_1("-KILL", &data_parallel(1, "")) else { return };
     assert!(!ended.success, "{}", ended.log);
     // mpirun's own report.
     assert!(ended.log.contains("process rank 1"), "{}", ended.log);
@@ -213,12 +288,28 @@ fn a_killed_rank_ends_the_job_with_an_error_naming_it() {
 #[test]
 fn a_stuck_rank_ends_the_job_after_the_timeout_and_rank_0_keeps_its_results() {
     // Rank 1 stops (SIGSTOP) but does not die: only Tandem's own deadline notices.
-    let Some(ended) = disturb_rank_1("-STOP", "timeout_seconds = 5\n") else { return };
+    let Some(ended) = disturb_rank_1("-STOP", &data_parallel(1, "timeout_seconds = 5\n")) else { return };
     assert!(!ended.success, "{}", ended.log);
     assert!(ended.log.contains("error: rank 0 of 2: ") && ended.log.contains("no answer from the other ranks for 4.5 s"), "{}", ended.log);
     assert!(ended.after < Duration::from_secs(30), "took {:?}", ended.after);
-    let run = run_dir(&ended.dir.path().join("results"), "long");
+    let run = run_dir(&ended.dir.path().join("results"), "long", "gru");
     let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     assert!(summary.error.as_deref().is_some_and(|e| e.contains("while in a gradient all-reduce across ranks")), "{summary:?}");
+    assert!(summary.epochs_completed >= 1 && run.join("model.bin").exists(), "finished epochs and the model are kept");
+}
+
+#[test]
+fn a_stuck_rank_of_a_pipeline_ends_the_job_after_the_timeout_and_rank_0_keeps_its_results() {
+    let pipeline = "[strategy]\nkind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 3\ntimeout_seconds = 5\n";
+    let Some(ended) = disturb_rank_1("-STOP", pipeline) else { return };
+    assert!(!ended.success, "{}", ended.log);
+    assert!(ended.log.contains("error: rank 0 of 2: "), "{}", ended.log);
+    assert!(ended.after < Duration::from_secs(30), "took {:?}", ended.after);
+    let run = run_dir(&ended.dir.path().join("results"), "long", "gru");
+    let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let error = summary.error.clone().unwrap_or_default();
+    // Rank 0 waited for rank 1's stage to send, to take what it sent, or to join a sum.
+    let named = error.contains("stage 1, on rank 1, sent nothing for 4.5 s") || error.contains("no answer from the other ranks for 4.5 s");
+    assert!(named, "{error}");
     assert!(summary.epochs_completed >= 1 && run.join("model.bin").exists(), "finished epochs and the model are kept");
 }

@@ -155,6 +155,15 @@ impl StrategyConfig {
         }
     }
 
+    /// The stages of a strategy that cuts the model into stages (model parallel, predictive sync).
+    pub fn stages(&self) -> Option<usize> {
+        match self {
+            Self::ModelParallel(c) => Some(c.stages),
+            Self::PredictiveSync(c) => Some(c.model_parallel.stages),
+            _ => None,
+        }
+    }
+
     /// Number of devices the strategy computes on.
     pub fn num_devices(&self) -> usize {
         match self {

@@ -112,24 +112,61 @@ pub struct ClusterInfo {
     /// Processes in the job.
     pub ranks: usize,
     /// Data-parallel replicas each rank ran.
-    pub replicas_per_rank: usize,
-    /// Seconds a replica spent in all-reduces across ranks, summed over the epochs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas_per_rank: Option<usize>,
+    /// Model-parallel stages each rank ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages_per_rank: Option<usize>,
+    /// Seconds spent moving data between ranks, summed over the epochs: by a replica in
+    /// all-reduces (data parallel), or by all stages' relays in MPI sends and receives (model
+    /// parallel).
     pub cross_rank_seconds: f64,
-    /// Bytes a replica sent to other ranks per step (as a ring all-reduce moves them).
-    pub cross_rank_bytes_per_replica_per_step: f64,
+    /// Bytes a replica sent to other ranks per step, as a ring all-reduce moves them (data
+    /// parallel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_rank_bytes_per_replica_per_step: Option<f64>,
+    /// Bytes sent between ranks per step over all stage boundaries (model parallel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_rank_bytes_per_step: Option<f64>,
 }
 
 impl ClusterInfo {
-    /// The block for `ranks` × `replicas_per_rank`, with the epochs' cross-rank figures.
-    pub fn new(ranks: usize, replicas_per_rank: usize, records: &[EpochRecord]) -> Self {
-        let figure = |r: &EpochRecord, key: &str| r.extra.get(key).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+    /// The block for `ranks` × `replicas_per_rank` data-parallel replicas.
+    pub fn data_parallel(ranks: usize, replicas_per_rank: usize, records: &[EpochRecord]) -> Self {
         Self {
-            ranks,
-            replicas_per_rank,
-            cross_rank_seconds: records.iter().map(|r| figure(r, "cross_rank_seconds")).sum(),
-            cross_rank_bytes_per_replica_per_step: records.last().map_or(0.0, |r| figure(r, "cross_rank_bytes_per_replica_per_step")),
+            replicas_per_rank: Some(replicas_per_rank),
+            cross_rank_bytes_per_replica_per_step: Some(last_figure(records, "cross_rank_bytes_per_replica_per_step")),
+            ..Self::new(ranks, records)
         }
     }
+
+    /// The block for `ranks` × `stages_per_rank` model-parallel stages.
+    pub fn model_parallel(ranks: usize, stages_per_rank: usize, records: &[EpochRecord]) -> Self {
+        Self {
+            stages_per_rank: Some(stages_per_rank),
+            cross_rank_bytes_per_step: Some(last_figure(records, "cross_rank_bytes_per_step")),
+            ..Self::new(ranks, records)
+        }
+    }
+
+    fn new(ranks: usize, records: &[EpochRecord]) -> Self {
+        Self {
+            ranks,
+            replicas_per_rank: None,
+            stages_per_rank: None,
+            cross_rank_seconds: records.iter().map(|r| figure(r, "cross_rank_seconds")).sum(),
+            cross_rank_bytes_per_replica_per_step: None,
+            cross_rank_bytes_per_step: None,
+        }
+    }
+}
+
+fn figure(record: &EpochRecord, key: &str) -> f64 {
+    record.extra.get(key).and_then(serde_json::Value::as_f64).unwrap_or(0.0)
+}
+
+fn last_figure(records: &[EpochRecord], key: &str) -> f64 {
+    records.last().map_or(0.0, |r| figure(r, key))
 }
 
 /// `rank-N.json`: what a rank other than 0 records of a multi-process run.

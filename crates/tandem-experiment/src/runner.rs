@@ -147,13 +147,27 @@ fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn Ranks) -> Re
     ranks.check_same("manifest", fingerprint(manifest.to_toml().as_bytes())).map_err(config)?;
     ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(config)?;
     check_job_size(manifest, ranks.size())?;
-    match manifest.strategies.iter().find(|s| !matches!(s, StrategyConfig::DataParallel(_))) {
-        Some(other) => Err(config(format!(
-            "strategy `{}` runs in one process; only data-parallel spans ranks so far (run it without mpirun)",
-            other.name()
-        ))),
-        None => Ok(()),
+    for strategy in &manifest.strategies {
+        match strategy.stages() {
+            _ if matches!(strategy, StrategyConfig::DataParallel(_)) => {}
+            None => {
+                return Err(config(format!(
+                    "strategy `{}` runs in one process; data-parallel, model-parallel and predictive-sync span ranks (run it without mpirun)",
+                    strategy.name()
+                )))
+            }
+            Some(stages) if stages % ranks.size() != 0 => {
+                return Err(config(format!(
+                    "strategy `{}`: its {stages} stages cannot be spread evenly over the job's {} ranks (make `stages` a multiple of {})",
+                    strategy.name(),
+                    ranks.size(),
+                    ranks.size()
+                )))
+            }
+            Some(_) => {}
+        }
     }
+    Ok(())
 }
 
 /// Fails when the job does not have the `[cluster] ranks` the manifest asks for.
@@ -293,8 +307,11 @@ fn run_one(
         cluster: None,
     };
     summary.set_epochs(&records);
-    if let (Some(ranks), StrategyConfig::DataParallel(dp)) = (ranks, strategy) {
-        summary.cluster = Some(ClusterInfo::new(ranks.size(), dp.replicas, &records));
+    if let Some(ranks) = ranks {
+        summary.cluster = Some(match strategy.stages() {
+            Some(stages) => ClusterInfo::model_parallel(ranks.size(), stages / ranks.size(), &records),
+            None => ClusterInfo::data_parallel(ranks.size(), strategy.num_devices(), &records),
+        });
     }
     if !writes_results {
         let ranks = ranks.expect("only a rank other than 0 does not write results");
@@ -402,7 +419,12 @@ fn devices_for<D: Clone>(available: &[D], n: usize, cpu: bool) -> Result<Vec<D>,
 /// `devices`: the manifest's devices with their names. `cpu`: the backend has one device, which
 /// every replica or stage shares (one core each); a GPU device is probed before use.
 fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ctx: &RunContext) -> Outcome {
-    let used = match devices_for(&devices, ctx.strategy.num_devices(), cpu) {
+    // In a multi-process job each rank runs its share of the stages (replicas are per rank).
+    let wanted = match (ctx.ranks, ctx.strategy.stages()) {
+        (Some(ranks), Some(stages)) => stages.div_ceil(ranks.size()),
+        _ => ctx.strategy.num_devices(),
+    };
+    let used = match devices_for(&devices, wanted, cpu) {
         Ok(used) => used,
         Err(e) => return Outcome::failed(e),
     };
@@ -446,10 +468,12 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
                 None => Ok(s),
             })
             .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
-        StrategyConfig::ModelParallel(mp) => {
-            ModelParallel::new(model, train, mp, devices, &ctx.data.train).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
+        StrategyConfig::ModelParallel(mp) => match ctx.ranks {
+            Some(ranks) => ModelParallel::across_ranks(model, train, mp, devices, &ctx.data.train, ranks),
+            None => ModelParallel::new(model, train, mp, devices, &ctx.data.train),
         }
-        StrategyConfig::PredictiveSync(sync) => sync.build(model, train, devices, &ctx.data.train).map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::PredictiveSync(sync) => sync.build(model, train, devices, &ctx.data.train, ctx.ranks).map(|s| Box::new(s) as Box<dyn Strategy<B>>),
     };
     let mut strategy = match built {
         Ok(strategy) => strategy,

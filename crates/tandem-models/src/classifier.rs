@@ -126,7 +126,29 @@ impl<B: Backend> burn::module::ModuleMapper<B> for AssignValues {
     }
 }
 
+/// Replaces every float parameter's values with the next ones of a flat list, in visiting order.
+struct AssignFlat<'v>(&'v [f32]);
+
+impl<B: Backend> burn::module::ModuleMapper<B> for AssignFlat<'_> {
+    fn map_float<const D: usize>(&mut self, param: burn::module::Param<Tensor<B, D>>) -> burn::module::Param<Tensor<B, D>> {
+        param.map(|t| {
+            let (shape, device) = (t.shape(), t.device());
+            let (these, rest) = self.0.split_at(shape.num_elements());
+            self.0 = rest;
+            let value = Tensor::from_data(burn::tensor::TensorData::new(these.to_vec(), shape), &device);
+            if t.is_require_grad() { value.require_grad() } else { value }
+        })
+    }
+}
+
 impl<B: Backend> Classifier<B> {
+    /// Sets the parameters to `values`, as [`parameter_values`](Self::parameter_values) lists
+    /// them for a classifier of the same config. Parameter ids stay `self`'s.
+    pub fn with_parameter_values(self, values: &[f32]) -> Self {
+        assert_eq!(values.len(), self.num_params(), "one value per parameter");
+        self.map(&mut AssignFlat(values))
+    }
+
     /// Copies `source`'s parameter values (from any backend or device) into `self`,
     /// which must have been built from the same config. Parameter ids stay `self`'s.
     pub fn with_parameters_of<A: Backend>(self, source: &Classifier<A>) -> Self {

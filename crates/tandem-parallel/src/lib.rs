@@ -7,7 +7,9 @@
 //!   counted [links](link) that can simulate an interconnect. A [`Stage`] says *what* runs (a
 //!   micro-batch's forward or backward pass); a [`Schedule`] says *when* (naive, GPipe, 1F1B).
 //! - Across processes and machines, [`DataParallel::across_ranks`] adds a second level of
-//!   all-reduce over the [`Ranks`] of a job (MPI: `MpiRanks`, feature `mpi`).
+//!   all-reduce over the [`Ranks`] of a job (MPI: `MpiRanks`, feature `mpi`), and
+//!   [`ModelParallel::across_ranks`] runs each rank's share of the stages, with the boundaries
+//!   between ranks relayed over MPI point-to-point messages.
 
 mod collective;
 mod data_parallel;
@@ -17,6 +19,7 @@ mod model_parallel;
 #[cfg(feature = "mpi")]
 mod mpi_ranks;
 mod ranks;
+mod relay;
 mod schedule;
 mod shard;
 mod stage;

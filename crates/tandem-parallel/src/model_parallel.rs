@@ -1,11 +1,14 @@
 //! Model parallelism: the model cut into stages, one device and one thread per stage,
 //! activations sent forward and gradients sent back over counted (optionally slowed) links,
-//! in the order a [`Schedule`] prescribes.
+//! in the order a [`Schedule`] prescribes. In a multi-process job each rank runs its share of
+//! the stages, and a boundary between ranks is relayed over MPI ([`crate::relay`]).
 
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Condvar, Mutex};
+use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use burn::module::Module;
@@ -18,6 +21,8 @@ use tandem_train::optim::clip_factor;
 use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
 use crate::link::{link, Interconnect, LinkReceiver, LinkSender, RecvError, Traffic};
+use crate::ranks::{fingerprint, RankLink, Ranks};
+use crate::relay::{self, Message, Relayed};
 use crate::schedule::{theoretical_bubble, Action, Schedule};
 use crate::shard::shard_ranges;
 use crate::stage::{wire_bytes, Stage, Wire};
@@ -195,9 +200,6 @@ pub fn profile_blocks<B: AutodiffBackend>(model: &Classifier<B>, train: &TrainCo
     Ok(seconds)
 }
 
-/// A message on a forward or backward link: global batch, micro-batch, values.
-type Message<B> = (usize, usize, Wire<B>);
-
 /// One stage's ends of its links (absent at the ends of the pipeline).
 struct Ends<B: AutodiffBackend> {
     from_previous: Option<LinkReceiver<Message<B>>>,
@@ -244,27 +246,82 @@ struct StageEpoch {
     peak_live: usize,
     forward_traffic: Traffic,
     backward_traffic: Traffic,
+    /// Bytes of the step policy's control messages.
+    control_bytes: u64,
+    /// Across ranks: what the relays of this stage's links to other ranks moved (the bytes it
+    /// sent, the time spent in sends and receives).
+    relayed: Relayed,
 }
 
-/// A scalar all-reduce between the stage threads (the squared gradient norms, for clipping by
-/// the global norm). Values are summed in stage order, so every run sums them identically.
-struct ScalarSum {
-    state: Mutex<(u64, Vec<Option<f64>>, f64)>,
-    changed: Condvar,
-}
+impl StageEpoch {
+    /// Number of figures in [`to_figures`](Self::to_figures).
+    const FIGURES: usize = 16;
 
-impl ScalarSum {
-    fn new(parties: usize) -> Self {
-        Self { state: Mutex::new((0, vec![None; parties], 0.0)), changed: Condvar::new() }
+    /// The figures as numbers, to sum across ranks (counts stay exact in `f64`).
+    fn to_figures(&self) -> [f64; Self::FIGURES] {
+        let s = |d: Duration| d.as_secs_f64();
+        let (f, b) = (self.forward_traffic, self.backward_traffic);
+        [
+            self.loss_sum, self.samples as f64, self.skipped_samples as f64,
+            s(self.predict), s(self.compute), s(self.transfer), s(self.idle), s(self.wall),
+            self.peak_live as f64, f.messages as f64, f.bytes as f64, b.messages as f64, b.bytes as f64,
+            self.control_bytes as f64, self.relayed.bytes as f64, s(self.relayed.busy),
+        ]
     }
 
-    fn sum(&self, party: usize, value: f64, timeout: Duration, stop: &AtomicBool) -> Result<f64, StageFailure> {
+    fn from_figures(v: &[f64]) -> Self {
+        let d = |x: f64| Duration::from_secs_f64(x.max(0.0));
+        let traffic = |messages: f64, bytes: f64| Traffic { messages: messages as u64, bytes: bytes as u64 };
+        Self {
+            loss_sum: v[0], samples: v[1] as usize, skipped_samples: v[2] as usize,
+            predict: d(v[3]), compute: d(v[4]), transfer: d(v[5]), idle: d(v[6]), wall: d(v[7]),
+            peak_live: v[8] as usize, forward_traffic: traffic(v[9], v[10]), backward_traffic: traffic(v[11], v[12]),
+            control_bytes: v[13] as u64, relayed: Relayed { bytes: v[14] as u64, busy: d(v[15]) },
+        }
+    }
+}
+
+/// A scalar all-reduce between the stages (the squared gradient norms, for clipping by the
+/// global norm; the sync votes). Values are summed in stage order, so every run sums them
+/// identically, across ranks too: there each rank fills its own stages' slots of a vector that
+/// an all-reduce sums (one non-zero value per slot, so exactly), and then sums it in order.
+struct ScalarSum<'l> {
+    state: Mutex<(u64, Vec<Option<f64>>, f64)>,
+    changed: Condvar,
+    /// The stages this process runs, and the link summing in the other ranks' stages.
+    local: Range<usize>,
+    across: Option<(usize, Mutex<&'l mut dyn RankLink>)>,
+}
+
+impl<'l> ScalarSum<'l> {
+    /// A sum over `stages` stages, of which this process runs `local`; `across` links the
+    /// other ranks when they run the rest.
+    fn new(local: Range<usize>, stages: usize, across: Option<&'l mut dyn RankLink>) -> Self {
+        Self {
+            state: Mutex::new((0, vec![None; local.len()], 0.0)),
+            changed: Condvar::new(),
+            local,
+            across: across.map(|link| (stages, Mutex::new(link))),
+        }
+    }
+
+    fn sum(&self, stage: usize, value: f64, timeout: Duration, stop: &AtomicBool) -> Result<f64, StageFailure> {
         let started = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let round = state.0;
-        state.1[party] = Some(value);
+        state.1[stage - self.local.start] = Some(value);
         if state.1.iter().all(Option::is_some) {
-            state.2 = state.1.iter_mut().map(|v| v.take().unwrap_or(0.0)).sum();
+            let mut values: Vec<f64> = state.1.iter_mut().map(|v| v.take().unwrap_or(0.0)).collect();
+            if let Some((stages, link)) = &self.across {
+                // The other local stages wait for this round's result meanwhile.
+                drop(state);
+                let mut slots = vec![0.0; *stages];
+                slots[self.local.clone()].copy_from_slice(&values);
+                link.lock().unwrap_or_else(|e| e.into_inner()).all_reduce_sum_f64(&mut slots, cross_rank(timeout)).map_err(StageFailure::own)?;
+                values = slots;
+                state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            }
+            state.2 = values.iter().sum();
             state.0 += 1;
             self.changed.notify_all();
             return Ok(state.2);
@@ -284,9 +341,43 @@ impl ScalarSum {
     }
 }
 
+/// How long a wait on another rank lasts: a little less than `timeout`, the watchdog's, so
+/// that the wait fails first and names the rank, rather than the watchdog a stage waiting for it.
+fn cross_rank(timeout: Duration) -> Duration {
+    timeout.mul_f64(0.9)
+}
+
+/// Which stages this process runs: all of them, or in a multi-process job the `per_rank`
+/// consecutive stages of its rank (stage `s` runs on rank `s / per_rank`).
+#[derive(Clone, Debug)]
+struct Placement {
+    local: Range<usize>,
+    per_rank: usize,
+}
+
+impl Placement {
+    fn rank_of(&self, stage: usize) -> usize {
+        stage / self.per_rank
+    }
+}
+
+/// The links of a model-parallel run spread over ranks.
+struct AcrossRanks {
+    /// Per stage boundary `s` (between stages `s` and `s + 1`): the forward and the backward link.
+    boundaries: Vec<[Box<dyn RankLink>; 2]>,
+    /// The clipping norms, the sync votes, and the epoch's figures and parameters.
+    norms: Box<dyn RankLink>,
+    votes: Box<dyn RankLink>,
+    gather: Box<dyn RankLink>,
+    ranks: usize,
+}
+
 /// Model-parallel training over `stages` devices (see the module docs).
 pub struct ModelParallel<B: AutodiffBackend> {
+    /// Every stage; in a multi-process job those of other ranks only receive their parameters
+    /// at the end of each epoch (for evaluation and saving), on this rank's first device.
     stages: Vec<Stage<B>>,
+    /// One per stage this process runs.
     pools: Vec<rayon::ThreadPool>,
     cuts: Vec<usize>,
     config: ModelParallelConfig,
@@ -296,6 +387,8 @@ pub struct ModelParallel<B: AutodiffBackend> {
     failed: bool,
     /// One per stage, or none (vanilla).
     policies: Vec<Box<dyn StepPolicy<B>>>,
+    placement: Placement,
+    across: Option<AcrossRanks>,
 }
 
 impl<B: AutodiffBackend> ModelParallel<B> {
@@ -306,27 +399,54 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         if devices.len() != config.stages {
             return Err(format!("{} stages need {} devices, got {}", config.stages, config.stages, devices.len()));
         }
-        if config.stages > model.num_blocks() {
-            return Err(format!("cannot cut a model of {} blocks into {} stages", model.num_blocks(), config.stages));
-        }
         let pools = thread_pools(config.stages, train.threads, "stage")?;
-        let cuts = match (&config.cuts, config.balance) {
-            (Some(cuts), _) => cuts.clone(),
-            _ if config.stages == 1 => Vec::new(),
-            (None, Balance::Params) => {
-                let costs: Vec<f64> = model.blocks().iter().map(|b| b.num_params() as f64).collect();
-                balanced_cuts(&costs, config.stages)
-            }
-            (None, Balance::Time) => {
-                let micro_size = train.batch_size.div_ceil(config.schedule.micro_batches(config.micro_batches));
-                let costs = pools[0].install(|| profile_blocks(&model, train, profile_data, micro_size, &devices[0]))?;
-                balanced_cuts(&costs, config.stages)
-            }
+        let cuts = choose_cuts(&model, train, config, &pools[0], &devices[0], profile_data)?;
+        let placement = Placement { local: 0..config.stages, per_rank: config.stages };
+        Self::assemble(model, train, config, cuts, devices, pools, placement)
+    }
+
+    /// Spreads the stages over the ranks of a multi-process job: rank `r` runs the
+    /// `stages / ranks` consecutive stages from `r · stages / ranks` on `local_devices` (one per
+    /// stage). A boundary between ranks is a link over MPI point-to-point messages, counted like
+    /// every link. Every rank cuts where rank 0 does, and checks that all start from the same
+    /// parameters.
+    pub fn across_ranks(model: Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, local_devices: Vec<B::Device>, profile_data: &Encoded, ranks: &dyn Ranks) -> Result<Self, String> {
+        config.validate()?;
+        let (size, rank) = (ranks.size(), ranks.rank());
+        if config.stages % size != 0 {
+            return Err(format!("`stages` = {} cannot be spread evenly over the job's {size} ranks: make it a multiple of {size}", config.stages));
+        }
+        let per_rank = config.stages / size;
+        if local_devices.len() != per_rank {
+            return Err(format!("{per_rank} stages per rank need {per_rank} devices on each rank, got {}", local_devices.len()));
+        }
+        let bits: Vec<u8> = model.parameter_values().iter().flat_map(|v| v.to_le_bytes()).collect();
+        ranks.check_same("initial parameters", fingerprint(&bits))?;
+        let pools = thread_pools(per_rank, train.threads, "stage")?;
+        // A time balance measures differently on every rank: rank 0's cuts hold for all.
+        let mine = match rank {
+            0 => choose_cuts(&model, train, config, &pools[0], &local_devices[0], profile_data)?,
+            _ => Vec::new(),
         };
+        let text = ranks.broadcast_text(&mine.iter().map(usize::to_string).collect::<Vec<_>>().join(","))?;
+        let cuts = text.split(',').filter(|c| !c.is_empty()).map(str::parse).collect::<Result<Vec<usize>, _>>().map_err(|e| format!("rank 0's cut points {text:?}: {e}"))?;
+        let local = rank * per_rank..(rank + 1) * per_rank;
+        let devices = (0..config.stages).map(|s| local_devices[if local.contains(&s) { s - local.start } else { 0 }].clone()).collect();
+        let mut links = ranks.links(2 * (config.stages - 1) + 3)?.into_iter();
+        let mut next = || links.next().expect("as many links as asked for");
+        let boundaries = (1..config.stages).map(|_| [next(), next()]).collect();
+        let across = AcrossRanks { boundaries, norms: next(), votes: next(), gather: next(), ranks: size };
+        let mut strategy = Self::assemble(model, train, config, cuts, devices, pools, Placement { local, per_rank })?;
+        strategy.across = Some(across);
+        Ok(strategy)
+    }
+
+    fn assemble(model: Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, cuts: Vec<usize>, devices: Vec<B::Device>, pools: Vec<rayon::ThreadPool>, placement: Placement) -> Result<Self, String> {
         let modules = model.split(&cuts).map_err(|e| format!("`cuts`: {e}"))?;
         let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
         let snapshot = stages.iter().map(|s| s.module().clone()).collect();
-        Ok(Self { stages, pools, cuts, config: config.clone(), train: train.clone(), snapshot, failed: false, policies: Vec::new() })
+        let config = config.clone();
+        Ok(Self { stages, pools, cuts, config, train: train.clone(), snapshot, failed: false, policies: Vec::new(), placement, across: None })
     }
 
     /// Gives each stage a [`StepPolicy`] (one per stage, in stage order).
@@ -344,21 +464,43 @@ impl<B: AutodiffBackend> ModelParallel<B> {
     }
 }
 
+/// The manifest's cut points, or balanced ones (`balance`; a time balance profiles the blocks
+/// on `device` in `pool`).
+fn choose_cuts<B: AutodiffBackend>(model: &Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, pool: &rayon::ThreadPool, device: &B::Device, profile_data: &Encoded) -> Result<Vec<usize>, String> {
+    if config.stages > model.num_blocks() {
+        return Err(format!("cannot cut a model of {} blocks into {} stages", model.num_blocks(), config.stages));
+    }
+    Ok(match (&config.cuts, config.balance) {
+        (Some(cuts), _) => cuts.clone(),
+        _ if config.stages == 1 => Vec::new(),
+        (None, Balance::Params) => {
+            let costs: Vec<f64> = model.blocks().iter().map(|b| b.num_params() as f64).collect();
+            balanced_cuts(&costs, config.stages)
+        }
+        (None, Balance::Time) => {
+            let micro_size = train.batch_size.div_ceil(config.schedule.micro_batches(config.micro_batches));
+            let costs = pool.install(|| profile_blocks(model, train, profile_data, micro_size, device))?;
+            balanced_cuts(&costs, config.stages)
+        }
+    })
+}
+
 /// Everything a stage thread needs besides its stage.
-struct StageContext<'a> {
+struct StageContext<'a, 'l> {
     index: usize,
     stages: usize,
     plan: &'a EpochPlan<'a>,
     train: &'a TrainConfig,
     config: &'a ModelParallelConfig,
-    norms: &'a ScalarSum,
+    placement: &'a Placement,
+    norms: &'a ScalarSum<'l>,
     /// Sync votes and the shared loss (with step policies only).
-    votes: &'a ScalarSum,
+    votes: &'a ScalarSum<'l>,
     stop: &'a AtomicBool,
     reports: Sender<Report>,
 }
 
-impl<'a> StageContext<'a> {
+impl StageContext<'_, '_> {
     fn timeout(&self) -> Duration {
         Duration::from_secs_f64(self.config.timeout_seconds)
     }
@@ -366,7 +508,8 @@ impl<'a> StageContext<'a> {
     /// Receives the message for (`batch`, `micro`) from stage `peer` on `link`, adding the wait to `epoch`.
     fn receive<B: AutodiffBackend>(&self, link: &Option<LinkReceiver<Message<B>>>, peer: usize, batch: usize, micro: usize, epoch: &mut StageEpoch) -> Result<Wire<B>, StageFailure> {
         let link = link.as_ref().ok_or_else(|| StageFailure::own("receive on a link that does not exist"))?;
-        let ((b, m, value), wait) = link.recv(self.timeout(), self.stop).map_err(|e| StageFailure {
+        let timeout = if self.placement.local.contains(&peer) { self.timeout() } else { cross_rank(self.timeout()) };
+        let ((b, m, value), wait) = link.recv(timeout, self.stop).map_err(|e| StageFailure {
             waited_for: matches!(e, RecvError::Timeout(_)).then_some(peer),
             ..StageFailure::elsewhere(format!("{e} from stage {peer}"))
         })?;
@@ -488,24 +631,78 @@ impl<'a> StageContext<'a> {
             let _ = self.reports.send(Report::Step { stage: self.index, samples: indices.len() });
         }
         epoch.wall = started.elapsed();
+        epoch.control_bytes = policy.map_or(0, |p| p.control_bytes());
         epoch.forward_traffic = ends.to_next.as_ref().map(LinkSender::traffic).unwrap_or_default();
         epoch.backward_traffic = ends.to_previous.as_ref().map(LinkSender::traffic).unwrap_or_default();
         Ok(epoch)
     }
 }
 
-/// The link ends of every stage: stage `s` sends forward to `s + 1` and back to `s − 1`.
-fn wire_up<B: AutodiffBackend>(stages: usize, interconnect: Interconnect) -> Vec<Ends<B>> {
-    let mut ends: Vec<Ends<B>> = (0..stages).map(|_| Ends { from_previous: None, to_next: None, from_next: None, to_previous: None }).collect();
-    for s in 1..stages {
-        let (tx, rx) = link(interconnect);
-        ends[s - 1].to_next = Some(tx);
-        ends[s].from_previous = Some(rx);
-        let (tx, rx) = link(interconnect);
-        ends[s].to_previous = Some(tx);
-        ends[s - 1].from_next = Some(rx);
+/// A relay thread's work: one direction of a stage boundary between this rank and another.
+enum Relay<'l, B: AutodiffBackend> {
+    /// Carries what local stage `stage` sends to a stage of rank `to`.
+    Out { stage: usize, from_stage: LinkReceiver<Message<B>>, link: &'l mut dyn RankLink, to: usize },
+    /// Carries what a stage of rank `from` sends to local stage `stage`, on its `device`.
+    In { stage: usize, to_stage: LinkSender<Message<B>>, link: &'l mut dyn RankLink, from: usize, device: B::Device },
+}
+
+impl<B: AutodiffBackend> Relay<'_, B> {
+    /// Runs the relay until its stage's epoch is over; on failure it stops the run.
+    fn run(self, timeout: Duration, done: &AtomicBool, stop: &AtomicBool) -> (usize, Result<Relayed, String>) {
+        let (stage, result) = match self {
+            Relay::Out { stage, from_stage, link, to } => (stage, relay::send_out::<B>(from_stage, link, to, timeout, stop)),
+            Relay::In { stage, to_stage, link, from, device } => (stage, relay::receive_in::<B>(to_stage, link, from, &device, done, stop)),
+        };
+        match result {
+            // The run was stopped elsewhere: that failure explains this one.
+            Err(_) if stop.load(Ordering::SeqCst) => (stage, Ok(Relayed::default())),
+            Err(e) => {
+                stop.store(true, Ordering::SeqCst);
+                (stage, Err(e))
+            }
+            relayed => (stage, relayed),
+        }
     }
-    ends
+}
+
+/// The link ends of every stage: stage `s` sends forward to `s + 1` and back to `s − 1`. In a
+/// multi-process job (`boundaries`), a direction between one of this process's stages and
+/// another rank's gets a relay; directions between two other ranks get nothing.
+fn wire_up<'l, B: AutodiffBackend>(devices: &[B::Device], interconnect: Interconnect, placement: &Placement, boundaries: Option<&'l mut [[Box<dyn RankLink>; 2]]>) -> (Vec<Ends<B>>, Vec<Relay<'l, B>>) {
+    let k = devices.len();
+    let mut ends: Vec<Ends<B>> = (0..k).map(|_| Ends { from_previous: None, to_next: None, from_next: None, to_previous: None }).collect();
+    let mut relays = Vec::new();
+    let links: Vec<[Option<&'l mut dyn RankLink>; 2]> = match boundaries {
+        Some(boundaries) => boundaries.iter_mut().map(|[f, b]| [Some(&mut **f as &mut dyn RankLink), Some(&mut **b as &mut dyn RankLink)]).collect(),
+        None => (1..k).map(|_| [None, None]).collect(),
+    };
+    // One direction, `from` → `to`: the sender's and the receiver's ends where they are local.
+    let mut connect = |from: usize, to: usize, rank_link: Option<&'l mut dyn RankLink>| {
+        let local = |s: usize| placement.local.contains(&s);
+        match (local(from), local(to), rank_link) {
+            (true, true, _) | (_, _, None) => {
+                let (tx, rx) = link(interconnect);
+                (Some(tx), Some(rx))
+            }
+            (true, false, Some(rank_link)) => {
+                let (tx, rx) = link(interconnect);
+                relays.push(Relay::Out { stage: from, from_stage: rx, link: rank_link, to: placement.rank_of(to) });
+                (Some(tx), None)
+            }
+            (false, true, Some(rank_link)) => {
+                // The simulated interconnect, if any, delays the message on the sending rank.
+                let (tx, rx) = link(Interconnect::default());
+                relays.push(Relay::In { stage: to, to_stage: tx, link: rank_link, from: placement.rank_of(from), device: devices[to].clone() });
+                (None, Some(rx))
+            }
+            (false, false, Some(_)) => (None, None),
+        }
+    };
+    for (s, [forward, backward]) in (1..k).zip(links) {
+        (ends[s - 1].to_next, ends[s].from_previous) = connect(s - 1, s, forward);
+        (ends[s].to_previous, ends[s - 1].from_next) = connect(s, s - 1, backward);
+    }
+    (ends, relays)
 }
 
 impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
@@ -514,7 +711,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
     }
 
     fn devices(&self) -> Vec<String> {
-        self.stages.iter().map(|s| format!("{:?}", s.device())).collect()
+        self.stages[self.placement.local.clone()].iter().map(|s| format!("{:?}", s.device())).collect()
     }
 
     fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError> {
@@ -523,18 +720,27 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         }
         self.snapshot = self.stages.iter().map(|s| s.module().clone()).collect();
         let k = self.stages.len();
-        let (norms, votes) = (ScalarSum::new(k), ScalarSum::new(k));
-        let stop = AtomicBool::new(false);
+        let (train, config, placement) = (&self.train, &self.config, &self.placement);
+        let local = placement.local.clone();
+        let timeout = Duration::from_secs_f64(config.timeout_seconds);
+        let (boundaries, norms, votes) = match &mut self.across {
+            Some(a) => (Some(&mut a.boundaries[..]), Some(a.norms.as_mut() as &mut dyn RankLink), Some(a.votes.as_mut() as &mut dyn RankLink)),
+            None => (None, None, None),
+        };
+        let (norms, votes) = (ScalarSum::new(local.clone(), k, norms), ScalarSum::new(local.clone(), k, votes));
+        let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
-        let (train, config) = (&self.train, &self.config);
+        let devices: Vec<B::Device> = self.stages.iter().map(|s| s.device().clone()).collect();
+        let (ends, relays) = wire_up::<B>(&devices, config.interconnect, placement, boundaries);
         let mut policies: Vec<Option<&mut Box<dyn StepPolicy<B>>>> = match self.policies.is_empty() {
             true => (0..k).map(|_| None).collect(),
             false => self.policies.iter_mut().map(Some).collect(),
         };
-        let outcome = std::thread::scope(|scope| {
-            let stages = self.stages.iter_mut().zip(policies.drain(..)).enumerate();
-            for ((index, (stage, policy)), (pool, ends)) in stages.zip(self.pools.iter().zip(wire_up::<B>(k, config.interconnect))) {
-                let context = StageContext { index, stages: k, plan, train, config, norms: &norms, votes: &votes, stop: &stop, reports: tx.clone() };
+        let (outcome, relayed) = std::thread::scope(|scope| {
+            let relays: Vec<ScopedJoinHandle<_>> = relays.into_iter().map(|relay| scope.spawn(|| relay.run(cross_rank(timeout), &done, &stop))).collect();
+            let stages = self.stages.iter_mut().zip(policies.drain(..)).zip(ends).enumerate().filter(|(index, _)| local.contains(index));
+            for ((index, ((stage, policy), ends)), pool) in stages.zip(&self.pools) {
+                let context = StageContext { index, stages: k, plan, train, config, placement, norms: &norms, votes: &votes, stop: &stop, reports: tx.clone() };
                 scope.spawn(move || {
                     let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| context.run(stage, ends, policy))))
                         .unwrap_or_else(|panic| Err(StageFailure::own(format!("panicked: {}", panic_message(&panic)))));
@@ -545,7 +751,27 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
                 });
             }
             drop(tx);
-            coordinate(config, k, rx, plan, &stop)
+            let outcome = coordinate(config, placement, rx, plan, &stop);
+            done.store(true, Ordering::SeqCst);
+            let relayed: Vec<_> = relays.into_iter().map(|h| h.join().unwrap_or_else(|panic| (0, Err(format!("panicked: {}", panic_message(&*panic)))))).collect();
+            (outcome, relayed)
+        });
+        drop((norms, votes));
+        // A relay that failed by itself stopped the run: its error is the cause.
+        let relay_failure = relayed.iter().find_map(|(stage, r)| r.as_ref().err().map(|e| (*stage, e.clone())));
+        let outcome = match relay_failure {
+            Some((stage, e)) => Err(format!("the link of stage {stage} to another rank failed in epoch {}: {e}", plan.epoch + 1)),
+            None => outcome,
+        };
+        let outcome = outcome.and_then(|mut epochs| {
+            for (stage, relay) in relayed.into_iter().filter_map(|(stage, r)| Some((stage, r.ok()?))) {
+                let relayed = &mut epochs[stage - local.start].relayed;
+                (relayed.bytes, relayed.busy) = (relayed.bytes + relay.bytes, relayed.busy + relay.busy);
+            }
+            match &mut self.across {
+                Some(across) => gather_epoch(&mut self.stages, &self.placement, across.gather.as_mut(), cross_rank(timeout), epochs),
+                None => Ok(epochs),
+            }
         });
         match outcome {
             Ok(epochs) => Ok(self.epoch_stats(&epochs, plan.batches.len())),
@@ -569,25 +795,27 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
 /// Waits for the stages' reports, forwarding progress. The first stage to fail by itself (not
 /// because a neighbour stopped) names the error; when no stage reports for `timeout_seconds`,
 /// the run stops and the stages furthest behind are named.
-fn coordinate(config: &ModelParallelConfig, k: usize, reports: mpsc::Receiver<Report>, plan: &EpochPlan, stop: &AtomicBool) -> Result<Vec<StageEpoch>, String> {
+fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc::Receiver<Report>, plan: &EpochPlan, stop: &AtomicBool) -> Result<Vec<StageEpoch>, String> {
     let timeout = Duration::from_secs_f64(config.timeout_seconds);
-    let mut done: Vec<Option<StageEpoch>> = (0..k).map(|_| None).collect();
-    let mut steps = vec![0usize; k];
+    let local = placement.local.clone();
+    let mut done: Vec<Option<StageEpoch>> = local.clone().map(|_| None).collect();
+    // Steps done per stage, by stage number (only this process's stages report).
+    let mut steps = vec![0usize; local.end];
     let mut failures: Vec<(usize, StageFailure)> = Vec::new();
     let mut stalled: Option<String> = None;
     let mut finished = 0;
-    while finished < k {
+    while finished < local.len() {
         match reports.recv_timeout(timeout) {
             Ok(Report::Step { stage, samples }) => {
                 steps[stage] += 1;
-                if stage + 1 == k {
+                if stage + 1 == local.end {
                     (plan.on_batch)(samples);
                 }
             }
             Ok(Report::Done { stage, result }) => {
                 finished += 1;
                 match result {
-                    Ok(epoch) => done[stage] = Some(epoch),
+                    Ok(epoch) => done[stage - local.start] = Some(epoch),
                     Err(failure) => {
                         stop.store(true, Ordering::SeqCst);
                         failures.push((stage, failure));
@@ -596,8 +824,8 @@ fn coordinate(config: &ModelParallelConfig, k: usize, reports: mpsc::Receiver<Re
             }
             Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => break,
             Err(RecvTimeoutError::Timeout) => {
-                let behind = steps.iter().copied().min().unwrap_or(0);
-                let laggards: Vec<usize> = (0..k).filter(|&s| done[s].is_none() && steps[s] == behind).collect();
+                let behind = local.clone().map(|s| steps[s]).min().unwrap_or(0);
+                let laggards: Vec<usize> = local.clone().filter(|&s| done[s - local.start].is_none() && steps[s] == behind).collect();
                 stalled = Some(format!("stage(s) {laggards:?} made no progress for {} s (stuck at step {})", timeout.as_secs_f64(), behind + 1));
                 stop.store(true, Ordering::SeqCst);
             }
@@ -614,17 +842,47 @@ fn coordinate(config: &ModelParallelConfig, k: usize, reports: mpsc::Receiver<Re
         return Err(message);
     }
     if let Some((waiter, peer)) = failures.iter().find_map(|(waiter, f)| f.waited_for.map(|peer| (*waiter, peer))) {
-        return Err(format!(
-            "stage {peer} made no progress for {} s (stuck at step {} of epoch {}; stage {waiter} was waiting for it)",
-            timeout.as_secs_f64(),
-            steps[peer] + 1,
-            plan.epoch + 1
-        ));
+        let seconds = timeout.as_secs_f64();
+        return Err(match local.contains(&peer) {
+            true => format!("stage {peer} made no progress for {seconds} s (stuck at step {} of epoch {}; stage {waiter} was waiting for it)", steps[peer] + 1, plan.epoch + 1),
+            false => format!(
+                "stage {peer}, on rank {}, sent nothing for {} s (stage {waiter} was waiting for it at step {} of epoch {}); that rank is stuck or gone",
+                placement.rank_of(peer),
+                cross_rank(timeout).as_secs_f64(),
+                steps[waiter] + 1,
+                plan.epoch + 1
+            ),
+        });
     }
     if let Some(first) = failures.first() {
         return Err(failed(first));
     }
-    done.into_iter().enumerate().map(|(s, d)| d.ok_or(format!("stage {s} exited without a report"))).collect()
+    done.into_iter().zip(local).map(|(d, s)| d.ok_or(format!("stage {s} exited without a report"))).collect()
+}
+
+/// Across ranks, at the end of an epoch: every stage's figures and parameters on every rank
+/// (the figures for the results, the parameters for evaluating and saving the whole model).
+fn gather_epoch<B: AutodiffBackend>(stages: &mut [Stage<B>], placement: &Placement, link: &mut dyn RankLink, timeout: Duration, local: Vec<StageEpoch>) -> Result<Vec<StageEpoch>, String> {
+    const F: usize = StageEpoch::FIGURES;
+    let mut figures = vec![0.0; stages.len() * F];
+    for (s, epoch) in placement.local.clone().zip(&local) {
+        figures[s * F..(s + 1) * F].copy_from_slice(&epoch.to_figures());
+    }
+    link.all_reduce_sum_f64(&mut figures, timeout).map_err(|e| format!("gathering the epoch's figures: {e}"))?;
+    // Each rank fills its own stages' values; the sum puts every stage's everywhere.
+    let mut offsets = vec![0];
+    for stage in stages.iter() {
+        offsets.push(offsets.last().copied().unwrap_or(0) + stage.module().parameter_count());
+    }
+    let mut values = vec![0f32; offsets[stages.len()]];
+    for s in placement.local.clone() {
+        values[offsets[s]..offsets[s + 1]].copy_from_slice(&stages[s].module().parameter_values());
+    }
+    link.all_reduce_sum(&mut values, timeout).map_err(|e| format!("gathering the stages' parameters: {e}"))?;
+    for (s, stage) in stages.iter_mut().enumerate().filter(|(s, _)| !placement.local.contains(s)) {
+        stage.set_parameter_values(&values[offsets[s]..offsets[s + 1]]);
+    }
+    Ok(figures.chunks(F).map(StageEpoch::from_figures).collect())
 }
 
 impl<B: AutodiffBackend> ModelParallel<B> {
@@ -638,7 +896,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let links: Vec<serde_json::Value> = (1..epochs.len())
             .map(|s| json!({ "forward": per_step(epochs[s - 1].forward_traffic), "backward": per_step(epochs[s].backward_traffic) }))
             .collect();
-        let control: u64 = self.policies.iter().map(|p| p.control_bytes()).sum();
+        let control: u64 = epochs.iter().map(|e| e.control_bytes).sum();
         let bytes: u64 = epochs.iter().map(|e| e.forward_traffic.bytes + e.backward_traffic.bytes).sum::<u64>() + control;
         let transfer_share = epochs.iter().map(|e| e.transfer.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).sum::<f64>()
             / epochs.len() as f64;
@@ -671,10 +929,16 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             serde_json::Value::Object(map) => map,
             _ => unreachable!("json! of an object literal"),
         };
-        // The first stage's policy speaks for the protocol (sync counts are the same on every
-        // stage); control bytes and prediction time are summed or listed per stage above.
+        if let Some(across) = &self.across {
+            extra.insert("ranks".into(), json!(across.ranks));
+            extra.insert("stages_per_rank".into(), json!(self.placement.per_rank));
+            extra.insert("cross_rank_bytes_per_step".into(), json!(epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64 / steps.max(1) as f64));
+            extra.insert("cross_rank_seconds".into(), json!(epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>()));
+        }
+        // This process's first stage's policy speaks for the protocol (sync counts are the same
+        // on every stage); control bytes and prediction time are summed or listed per stage above.
         let figures: Vec<_> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
-        if let Some(first) = figures.into_iter().next() {
+        if let Some(first) = figures.into_iter().nth(self.placement.local.start) {
             extra.extend(first);
         }
         // Loss over the samples trained on; samples over all the epoch consumed.

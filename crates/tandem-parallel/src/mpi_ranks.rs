@@ -6,6 +6,7 @@
 //! it has and ends the whole job (`MPI_Abort`). A rank that dies is reported by the launcher,
 //! which ends the others. (`MPI_Comm_dup` at start and `MPI_Finalize` at the end still block.)
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mpi::collective::SystemOperation;
@@ -85,7 +86,7 @@ impl Ranks for MpiRanks {
         let (send, all) = (RequestBuffer::new(vec![value]), RequestBuffer::new(vec![0u64; self.size]));
         // SAFETY: the buffers are read only after the request completed.
         let request = unsafe { self.world.0.immediate_all_gather_into(StaticScope, send.lend(), all.lend()) };
-        self.set_up(wait_within(request, SETUP_TIMEOUT, &format!("comparing every rank's {what}")));
+        self.set_up(wait_within(request, SETUP_TIMEOUT, &format!("comparing every rank's {what}"), &NEVER));
         let all = unsafe { all.into_vec() };
         let differing: Vec<usize> = (1..self.size).filter(|&r| all[r] != all[0]).collect();
         match differing.is_empty() {
@@ -98,11 +99,11 @@ impl Ranks for MpiRanks {
         let root = self.world.0.process_at_rank(0);
         let len = RequestBuffer::new(vec![text.len() as u64]);
         // SAFETY (both): each buffer is read only after its request completed.
-        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { len.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name"));
+        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { len.lend() }), SETUP_TIMEOUT, "receiving a setting from rank 0 (a run name, cut points)", &NEVER));
         let len = unsafe { len.into_vec() }[0] as usize;
         let bytes = RequestBuffer::new(if self.rank == 0 { text.as_bytes().to_vec() } else { vec![0u8; len] });
-        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }), SETUP_TIMEOUT, "receiving rank 0's run name"));
-        String::from_utf8(unsafe { bytes.into_vec() }).map_err(|e| format!("rank 0 sent a run name that is not UTF-8: {e}"))
+        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }), SETUP_TIMEOUT, "receiving a setting from rank 0 (a run name, cut points)", &NEVER));
+        String::from_utf8(unsafe { bytes.into_vec() }).map_err(|e| format!("rank 0 sent text that is not UTF-8: {e}"))
     }
 
     fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, String> {
@@ -116,20 +117,49 @@ impl Ranks for MpiRanks {
     }
 }
 
-/// One replica's communicator with the same replica of every other rank.
+/// A communicator of its own joining one thread of every rank: the same local replica of
+/// each (gradient all-reduce), or the two ends of a stage boundary (point-to-point).
 struct MpiLink(Comm);
 
-impl RankLink for MpiLink {
-    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String> {
-        let (send, sum) = (RequestBuffer::new(values.to_vec()), RequestBuffer::new(vec![0f32; values.len()]));
+impl MpiLink {
+    fn all_reduce<T: Equivalence + Copy + Default + 'static>(&mut self, values: &mut [T], timeout: Duration, what: &str) -> Result<(), String> {
+        let (send, sum) = (RequestBuffer::new(values.to_vec()), RequestBuffer::new(vec![T::default(); values.len()]));
         // SAFETY: the buffers are read only after the request completed.
         let request = unsafe { self.0 .0.immediate_all_reduce_into(StaticScope, &*send.lend(), sum.lend(), SystemOperation::sum()) };
-        wait_within(request, timeout, "in a gradient all-reduce across ranks")?;
+        wait_within(request, timeout, what, &NEVER)?;
         values.copy_from_slice(&unsafe { sum.into_vec() });
         drop(unsafe { send.into_vec() });
         Ok(())
     }
 }
+
+impl RankLink for MpiLink {
+    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String> {
+        self.all_reduce(values, timeout, "in a gradient all-reduce across ranks")
+    }
+
+    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration) -> Result<(), String> {
+        self.all_reduce(values, timeout, "in a sum across ranks")
+    }
+
+    fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), String> {
+        let buffer = RequestBuffer::new(bytes);
+        // SAFETY: the buffer is given back only after the request completed.
+        let request = self.0 .0.process_at_rank(to as i32).immediate_send(StaticScope, unsafe { &*buffer.lend() });
+        wait_within(request, timeout, &format!("sending to rank {to}"), stop)?;
+        drop(unsafe { buffer.into_vec() });
+        Ok(())
+    }
+
+    fn try_receive(&mut self, from: usize) -> Result<Option<Vec<u8>>, String> {
+        // A matched probe takes the message off the queue for this receive alone; its contents
+        // are already on their way, so the receive completes without waiting for the sender.
+        Ok(self.0 .0.process_at_rank(from as i32).immediate_matched_probe().map(|probed| probed.matched_receive_vec::<u8>().0))
+    }
+}
+
+/// A stop flag that is never raised, for waits that only a deadline ends.
+static NEVER: AtomicBool = AtomicBool::new(false);
 
 /// A heap buffer lent to a non-blocking MPI request for as long as MPI may use it. Its memory
 /// is given back only through [`into_vec`](Self::into_vec), after the request completed; the
@@ -154,9 +184,10 @@ impl<T> RequestBuffer<T> {
     }
 }
 
-/// Polls `request` until it completes. Past `timeout` it abandons the request (forgets it: MPI
-/// cannot cancel a collective, and dropping it unfinished would abort the process) and fails.
-fn wait_within<D: ?Sized>(mut request: Request<'static, D, StaticScope>, timeout: Duration, what: &str) -> Result<(), String> {
+/// Polls `request` until it completes. Past `timeout`, or once `stop` is raised, it abandons
+/// the request (forgets it: MPI cannot cancel a collective, and dropping it unfinished would
+/// abort the process) and fails.
+fn wait_within<D: ?Sized>(mut request: Request<'static, D, StaticScope>, timeout: Duration, what: &str, stop: &AtomicBool) -> Result<(), String> {
     let started = Instant::now();
     loop {
         match request.test() {
@@ -164,9 +195,12 @@ fn wait_within<D: ?Sized>(mut request: Request<'static, D, StaticScope>, timeout
             Err(pending) => request = pending,
         }
         let waited = started.elapsed();
-        if waited > timeout {
+        if waited > timeout || stop.load(Ordering::SeqCst) {
             std::mem::forget(request);
-            return Err(format!("no answer from the other ranks for {} s while {what}; a rank is stuck or gone", timeout.as_secs_f64()));
+            return match waited > timeout {
+                true => Err(format!("no answer from the other ranks for {} s while {what}; a rank is stuck or gone", timeout.as_secs_f64())),
+                false => Err(format!("stopped while {what}")),
+            };
         }
         // Spin briefly (all-reduces are usually quick), then let the other threads compute.
         if waited > Duration::from_millis(1) {

@@ -6,6 +6,7 @@
 //! The MPI implementation is `MpiRanks` (feature `mpi`).
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// This process's place in a multi-process job, and the job-wide operations Tandem needs.
@@ -36,13 +37,23 @@ impl fmt::Debug for dyn Ranks {
     }
 }
 
-/// A channel joining one thread of every rank (e.g. the same local replica); used by one
-/// thread at a time.
+/// A channel joining one thread of every rank (e.g. the same local replica, or the two ends of
+/// a stage boundary); used by one thread at a time.
+///
+/// Every wait is bounded. A wait that fails leaves the job unable to go on (MPI cannot cancel
+/// what it started), so the caller records what it has and then ends the job ([`Ranks::abort`]).
 pub trait RankLink: Send {
     /// Sums `values` element-wise over all ranks, in place. Fails when a rank has not joined
-    /// within `timeout`; the job cannot go on after that (a collective cannot be cancelled),
-    /// so the caller records what it has and then ends the job ([`Ranks::abort`]).
+    /// within `timeout`.
     fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String>;
+    /// [`all_reduce_sum`](Self::all_reduce_sum) in `f64`, for figures that must stay exact
+    /// (byte counts, loss sums, squared gradient norms).
+    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration) -> Result<(), String>;
+    /// Sends `bytes` to rank `to` and waits until the link has taken them (messages to one rank
+    /// arrive in the order sent). Fails past `timeout`, or early when `stop` is raised.
+    fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), String>;
+    /// The next message from rank `from`, if one has arrived (never waits for one to come).
+    fn try_receive(&mut self, from: usize) -> Result<Option<Vec<u8>>, String>;
 }
 
 /// A replica's link to the other ranks, with the figures its all-reduce accounting needs.

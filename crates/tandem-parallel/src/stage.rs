@@ -148,6 +148,13 @@ impl<B: AutodiffBackend> Stage<B> {
         self.module = Some(module.map(mapper));
     }
 
+    /// Sets the parameters to `values` (in [`Classifier::parameter_values`] order) between
+    /// steps, keeping their ids.
+    pub(crate) fn set_parameter_values(&mut self, values: &[f32]) {
+        let module = self.module.take().expect(HELD);
+        self.module = Some(module.with_parameter_values(values));
+    }
+
     /// Drops any half-finished micro-batches and gradients (after a failure elsewhere).
     pub fn reset(&mut self) {
         self.pending.clear();

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tandem_data::Encoded;
 use tandem_models::Classifier;
-use tandem_parallel::{ModelParallel, ModelParallelConfig, Stage, StepPolicy};
+use tandem_parallel::{ModelParallel, ModelParallelConfig, Ranks, Stage, StepPolicy};
 use tandem_train::TrainConfig;
 
 use crate::predictor::{Forecaster, PredictorConfig};
@@ -52,12 +52,17 @@ impl PredictiveSyncConfig {
         format!("predictive-sync-{}-{trigger}{}", self.predictor.name(), mp.trim_start_matches("model-parallel"))
     }
 
-    /// The strategy: `model` cut into stages on `devices`, each stage with its own policy.
-    pub fn build<B: AutodiffBackend>(&self, model: Classifier<B>, train: &TrainConfig, devices: Vec<B::Device>, profile_data: &Encoded) -> Result<ModelParallel<B>, String> {
+    /// The strategy: `model` cut into stages on `devices`, each stage with its own policy. In a
+    /// multi-process job (`ranks`), `devices` are this rank's, one per stage it runs.
+    pub fn build<B: AutodiffBackend>(&self, model: Classifier<B>, train: &TrainConfig, devices: Vec<B::Device>, profile_data: &Encoded, ranks: Option<&dyn Ranks>) -> Result<ModelParallel<B>, String> {
         self.validate()?;
         let stages = self.model_parallel.stages;
         let policies = (0..stages).map(|_| Box::new(PredictivePolicy::<B>::new(&self.predictor, &self.trigger)) as Box<dyn StepPolicy<B>>).collect();
-        ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?.with_policies(policies)
+        let strategy = match ranks {
+            Some(ranks) => ModelParallel::across_ranks(model, train, &self.model_parallel, devices, profile_data, ranks)?,
+            None => ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?,
+        };
+        strategy.with_policies(policies)
     }
 }
 

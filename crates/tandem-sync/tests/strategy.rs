@@ -34,7 +34,7 @@ fn a_sync_on_every_step_is_vanilla_model_parallelism() {
         let expected = one_epoch(&mut vanilla, &data, &train);
         for predictor in [PredictorConfig::default(), PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }] {
             let sync = sync_config(predictor.clone(), TriggerConfig::Periodic { every: 1 });
-            let mut strategy = sync.build::<B>(initial_model(&config, vocab_size), &train, vec![Default::default(); 2], &data).unwrap();
+            let mut strategy = sync.build::<B>(initial_model(&config, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
             let got = one_epoch(&mut strategy, &data, &train);
             let diff = relative_difference(&strategy.model().parameter_values(), &vanilla.model().parameter_values());
             assert!(diff == 0.0, "{name}, {}: parameters differ by {diff:e}", predictor.name());
@@ -54,7 +54,7 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let cnn = &small_models()[0];
     let run = |predictor: PredictorConfig| {
         let sync = sync_config(predictor, TriggerConfig::Periodic { every: 4 });
-        let mut strategy = sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data).unwrap();
+        let mut strategy = sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
         let stats = one_epoch(&mut strategy, &data, &train);
         (stats, strategy.model().parameter_values())
     };

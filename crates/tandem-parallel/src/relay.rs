@@ -1,0 +1,164 @@
+//! Stage boundaries between ranks. A stage whose neighbour runs in another process keeps its
+//! ordinary in-process link ends (so its schedule, byte counts and waits are unchanged); a relay
+//! thread on each side carries the messages over a [`RankLink`]: the sending side's relay takes
+//! what its stage sends (after any simulated interconnect delay), encodes it and sends it to the
+//! other rank; the receiving side's relay polls for arrivals, decodes them onto its stage's
+//! device and hands them on.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use tandem_models::Activation;
+
+use crate::link::{LinkReceiver, LinkSender, RecvError};
+use crate::ranks::RankLink;
+use crate::stage::Wire;
+
+/// A message on a forward or backward link: global batch, micro-batch, values.
+pub(crate) type Message<B> = (usize, usize, Wire<B>);
+
+/// What a relay did in an epoch.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Relayed {
+    /// Bytes sent to the other rank (encoded, headers included; a receiving relay counts none).
+    pub bytes: u64,
+    /// Time spent in MPI sends and receives.
+    pub busy: Duration,
+}
+
+/// How long a relay waits for its stage: the stage's own waits are bounded, and it ends the
+/// relay by dropping its end of the link (or the run by raising `stop`).
+const UNTIL_THE_STAGE_ENDS: Duration = Duration::from_secs(1_000_000);
+
+/// Sends each message `stage` puts on its link to rank `to`, until the stage drops its end
+/// (its epoch is over) or `stop` is raised. Each send fails past `timeout`.
+pub(crate) fn send_out<B: AutodiffBackend>(stage: LinkReceiver<Message<B>>, link: &mut dyn RankLink, to: usize, timeout: Duration, stop: &AtomicBool) -> Result<Relayed, String> {
+    let mut relayed = Relayed::default();
+    loop {
+        let ((batch, micro, value), _) = match stage.recv(UNTIL_THE_STAGE_ENDS, stop) {
+            Ok(message) => message,
+            Err(RecvError::Disconnected | RecvError::Stopped) => return Ok(relayed),
+            Err(e) => return Err(format!("relaying to rank {to}: {e}")),
+        };
+        let bytes = encode::<B>(batch, micro, value);
+        relayed.bytes += bytes.len() as u64;
+        let sending = Instant::now();
+        link.send(to, bytes, timeout, stop)?;
+        relayed.busy += sending.elapsed();
+    }
+}
+
+/// Hands each message that arrives from rank `from` to `stage`, placed on `device`, until
+/// `done` (this rank's stages have finished the epoch) or `stop` is raised.
+pub(crate) fn receive_in<B: AutodiffBackend>(
+    mut stage: LinkSender<Message<B>>,
+    link: &mut dyn RankLink,
+    from: usize,
+    device: &B::Device,
+    done: &AtomicBool,
+    stop: &AtomicBool,
+) -> Result<Relayed, String> {
+    let mut relayed = Relayed::default();
+    let mut last_arrival = Instant::now();
+    while !done.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+        let receiving = Instant::now();
+        let Some(bytes) = link.try_receive(from)? else {
+            // Poll tightly just after traffic (a pipeline's messages come in bursts), then
+            // gently, leaving the cores to the stages.
+            let pause = if last_arrival.elapsed() < Duration::from_millis(2) { 5 } else { 100 };
+            std::thread::sleep(Duration::from_micros(pause));
+            continue;
+        };
+        relayed.busy += receiving.elapsed();
+        last_arrival = Instant::now();
+        let message = decode::<B>(&bytes, device).map_err(|e| format!("a message from rank {from}: {e}"))?;
+        let counted = crate::stage::wire_bytes::<B>(&message.2);
+        if stage.send(message, counted).is_err() {
+            // The stage has stopped; its own error explains why.
+            return Ok(relayed);
+        }
+    }
+    Ok(relayed)
+}
+
+/// Bytes of the fixed header: kind, rank (dimensions), batch, micro-batch.
+const HEADER: usize = 2 + 8 + 8;
+
+/// `[kind, dimensions, batch (u64), micro-batch (u64), each dimension (u64)…, values…]`,
+/// little-endian; values as f32 (features) or i32 (token ids), 4 bytes each as the links count.
+fn encode<B: AutodiffBackend>(batch: usize, micro: usize, value: Wire<B>) -> Vec<u8> {
+    let (kind, dims, data) = match value {
+        Activation::Tokens(t) => (0u8, t.dims().to_vec(), t.into_data().convert::<i32>()),
+        Activation::Sequence(t) => (1, t.dims().to_vec(), t.into_data().convert::<f32>()),
+        Activation::Features(t) => (2, t.dims().to_vec(), t.into_data().convert::<f32>()),
+    };
+    let values = data.as_bytes();
+    let mut bytes = Vec::with_capacity(HEADER + 8 * dims.len() + values.len());
+    bytes.extend([kind, dims.len() as u8]);
+    for n in [batch, micro].iter().chain(&dims) {
+        bytes.extend((*n as u64).to_le_bytes());
+    }
+    bytes.extend_from_slice(values);
+    bytes
+}
+
+/// The inverse of [`encode`], onto `device`.
+fn decode<B: AutodiffBackend>(bytes: &[u8], device: &B::Device) -> Result<Message<B>, String> {
+    let short = || format!("{} bytes is too short for its header", bytes.len());
+    let word = |i: usize| -> Result<usize, String> {
+        let at = 2 + 8 * i;
+        let raw = bytes.get(at..at + 8).ok_or_else(short)?;
+        Ok(u64::from_le_bytes(raw.try_into().expect("8 bytes")) as usize)
+    };
+    let (&kind, &rank) = (bytes.first().ok_or_else(short)?, bytes.get(1).ok_or_else(short)?);
+    let (batch, micro) = (word(0)?, word(1)?);
+    let dims = (0..rank as usize).map(|i| word(2 + i)).collect::<Result<Vec<_>, _>>()?;
+    let values = bytes[HEADER + 8 * dims.len()..].to_vec();
+    if values.len() != 4 * dims.iter().product::<usize>() {
+        return Err(format!("{} value bytes for a tensor of shape {dims:?}", values.len()));
+    }
+    let data = TensorData::from_bytes_vec(values, dims, if kind == 0 { DType::I32 } else { DType::F32 });
+    let value = match (kind, rank) {
+        (0, 2) => Activation::Tokens(Tensor::<B::InnerBackend, 2, Int>::from_data(data, device)),
+        (1, 3) => Activation::Sequence(Tensor::from_data(data, device)),
+        (2, 2) => Activation::Features(Tensor::from_data(data, device)),
+        _ => return Err(format!("unknown activation kind {kind} of {rank} dimensions")),
+    };
+    Ok((batch, micro, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+
+    type B = Autodiff<NdArray>;
+
+    #[test]
+    fn messages_survive_encoding() {
+        let device = Default::default();
+        let sequence = Tensor::<NdArray, 3>::from_data(TensorData::new((0..24).map(|v| v as f32 * 0.5 - 3.0).collect::<Vec<_>>(), [2, 3, 4]), &device);
+        let tokens = Tensor::<NdArray, 2, Int>::from_data(TensorData::new(vec![1i64, 7, 19_999, 0], [2, 2]), &device);
+        for value in [Activation::Sequence(sequence), Activation::Tokens(tokens)] {
+            let expected = match &value {
+                Activation::Sequence(t) => t.to_data().iter::<f32>().collect::<Vec<_>>(),
+                Activation::Tokens(t) => t.to_data().iter::<f32>().collect(),
+                Activation::Features(_) => unreachable!(),
+            };
+            let (kind, elements) = (value.kind(), value.num_elements());
+            let bytes = encode::<B>(5, 2, value);
+            assert_eq!(bytes.len(), HEADER + 8 * if kind == "token ids" { 2 } else { 3 } + 4 * elements);
+            let (batch, micro, back) = decode::<B>(&bytes, &device).unwrap();
+            assert_eq!((batch, micro, back.kind()), (5, 2, kind));
+            let got = match back {
+                Activation::Sequence(t) => t.to_data().iter::<f32>().collect::<Vec<_>>(),
+                Activation::Tokens(t) => t.to_data().iter::<f32>().collect(),
+                Activation::Features(_) => unreachable!(),
+            };
+            assert_eq!(got, expected);
+        }
+        assert!(decode::<B>(&[1, 3, 0], &device).unwrap_err().contains("too short"));
+    }
+}
