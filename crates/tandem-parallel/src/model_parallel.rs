@@ -291,17 +291,20 @@ struct ScalarSum<'l> {
     /// The stages this process runs, and the link summing in the other ranks' stages.
     local: Range<usize>,
     across: Option<(usize, Mutex<&'l mut dyn RankLink>)>,
+    /// What is summed, for error messages.
+    what: &'static str,
 }
 
 impl<'l> ScalarSum<'l> {
-    /// A sum over `stages` stages, of which this process runs `local`; `across` links the
-    /// other ranks when they run the rest.
-    fn new(local: Range<usize>, stages: usize, across: Option<&'l mut dyn RankLink>) -> Self {
+    /// A sum of `what` over `stages` stages, of which this process runs `local`; `across` links
+    /// the other ranks when they run the rest.
+    fn new(what: &'static str, local: Range<usize>, stages: usize, across: Option<&'l mut dyn RankLink>) -> Self {
         Self {
             state: Mutex::new((0, vec![None; local.len()], 0.0)),
             changed: Condvar::new(),
             local,
             across: across.map(|link| (stages, Mutex::new(link))),
+            what,
         }
     }
 
@@ -317,7 +320,8 @@ impl<'l> ScalarSum<'l> {
                 drop(state);
                 let mut slots = vec![0.0; *stages];
                 slots[self.local.clone()].copy_from_slice(&values);
-                link.lock().unwrap_or_else(|e| e.into_inner()).all_reduce_sum_f64(&mut slots, cross_rank(timeout)).map_err(StageFailure::own)?;
+                link.lock().unwrap_or_else(|e| e.into_inner()).all_reduce_sum_f64(&mut slots, cross_rank(timeout), stop)
+                    .map_err(|e| StageFailure::own(format!("summing {}: {e}", self.what)))?;
                 values = slots;
                 state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             }
@@ -335,7 +339,7 @@ impl<'l> ScalarSum<'l> {
                 return Err(StageFailure::elsewhere("stopped"));
             }
             if started.elapsed() >= timeout {
-                return Err(StageFailure::elsewhere(format!("waited {} s for the other stages' gradient norms", timeout.as_secs_f64())));
+                return Err(StageFailure::elsewhere(format!("waited {} s for the other stages' {}", timeout.as_secs_f64(), self.what)));
             }
         }
     }
@@ -347,12 +351,13 @@ fn cross_rank(timeout: Duration) -> Duration {
     timeout.mul_f64(0.9)
 }
 
-/// Which stages this process runs: all of them, or in a multi-process job the `per_rank`
-/// consecutive stages of its rank (stage `s` runs on rank `s / per_rank`).
+/// Which stages this process runs: all of them, or in a multi-process job of `ranks` ranks the
+/// `per_rank` consecutive stages of its rank (stage `s` runs on rank `s / per_rank`).
 #[derive(Clone, Debug)]
 struct Placement {
     local: Range<usize>,
     per_rank: usize,
+    ranks: usize,
 }
 
 impl Placement {
@@ -369,7 +374,6 @@ struct AcrossRanks {
     norms: Box<dyn RankLink>,
     votes: Box<dyn RankLink>,
     gather: Box<dyn RankLink>,
-    ranks: usize,
 }
 
 /// Model-parallel training over `stages` devices (see the module docs).
@@ -401,7 +405,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         }
         let pools = thread_pools(config.stages, train.threads, "stage")?;
         let cuts = choose_cuts(&model, train, config, &pools[0], &devices[0], profile_data)?;
-        let placement = Placement { local: 0..config.stages, per_rank: config.stages };
+        let placement = Placement { local: 0..config.stages, per_rank: config.stages, ranks: 1 };
         Self::assemble(model, train, config, cuts, devices, pools, placement)
     }
 
@@ -435,8 +439,8 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let mut links = ranks.links(2 * (config.stages - 1) + 3)?.into_iter();
         let mut next = || links.next().expect("as many links as asked for");
         let boundaries = (1..config.stages).map(|_| [next(), next()]).collect();
-        let across = AcrossRanks { boundaries, norms: next(), votes: next(), gather: next(), ranks: size };
-        let mut strategy = Self::assemble(model, train, config, cuts, devices, pools, Placement { local, per_rank })?;
+        let across = AcrossRanks { boundaries, norms: next(), votes: next(), gather: next() };
+        let mut strategy = Self::assemble(model, train, config, cuts, devices, pools, Placement { local, per_rank, ranks: size })?;
         strategy.across = Some(across);
         Ok(strategy)
     }
@@ -647,12 +651,20 @@ enum Relay<'l, B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> Relay<'_, B> {
-    /// Runs the relay until its stage's epoch is over; on failure it stops the run.
+    fn stage(&self) -> usize {
+        match self {
+            Relay::Out { stage, .. } | Relay::In { stage, .. } => *stage,
+        }
+    }
+
+    /// Runs the relay until its stage's epoch is over; on failure (a panic too) it stops the run.
     fn run(self, timeout: Duration, done: &AtomicBool, stop: &AtomicBool) -> (usize, Result<Relayed, String>) {
-        let (stage, result) = match self {
-            Relay::Out { stage, from_stage, link, to } => (stage, relay::send_out::<B>(from_stage, link, to, timeout, stop)),
-            Relay::In { stage, to_stage, link, from, device } => (stage, relay::receive_in::<B>(to_stage, link, from, &device, done, stop)),
-        };
+        let stage = self.stage();
+        let result = catch_unwind(AssertUnwindSafe(|| match self {
+            Relay::Out { from_stage, link, to, .. } => relay::send_out::<B>(from_stage, link, to, timeout, stop),
+            Relay::In { to_stage, link, from, device, .. } => relay::receive_in::<B>(to_stage, link, from, &device, timeout, done, stop),
+        }))
+        .unwrap_or_else(|panic| Err(format!("its relay panicked: {}", panic_message(&panic))));
         match result {
             // The run was stopped elsewhere: that failure explains this one.
             Err(_) if stop.load(Ordering::SeqCst) => (stage, Ok(Relayed::default())),
@@ -685,13 +697,14 @@ fn wire_up<'l, B: AutodiffBackend>(devices: &[B::Device], interconnect: Intercon
                 (Some(tx), Some(rx))
             }
             (true, false, Some(rank_link)) => {
-                let (tx, rx) = link(interconnect);
+                let (tx, rx) = link(Interconnect::default());
                 relays.push(Relay::Out { stage: from, from_stage: rx, link: rank_link, to: placement.rank_of(to) });
                 (Some(tx), None)
             }
             (false, true, Some(rank_link)) => {
-                // The simulated interconnect, if any, delays the message on the sending rank.
-                let (tx, rx) = link(Interconnect::default());
+                // A simulated interconnect delays the message on the receiving rank, whose stage
+                // counts the delay as transfer time (as in one process).
+                let (tx, rx) = link(interconnect);
                 relays.push(Relay::In { stage: to, to_stage: tx, link: rank_link, from: placement.rank_of(from), device: devices[to].clone() });
                 (None, Some(rx))
             }
@@ -727,7 +740,8 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             Some(a) => (Some(&mut a.boundaries[..]), Some(a.norms.as_mut() as &mut dyn RankLink), Some(a.votes.as_mut() as &mut dyn RankLink)),
             None => (None, None, None),
         };
-        let (norms, votes) = (ScalarSum::new(local.clone(), k, norms), ScalarSum::new(local.clone(), k, votes));
+        let norms = ScalarSum::new("gradient norms", local.clone(), k, norms);
+        let votes = ScalarSum::new("sync votes or loss", local.clone(), k, votes);
         let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
         let devices: Vec<B::Device> = self.stages.iter().map(|s| s.device().clone()).collect();
@@ -753,7 +767,8 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             drop(tx);
             let outcome = coordinate(config, placement, rx, plan, &stop);
             done.store(true, Ordering::SeqCst);
-            let relayed: Vec<_> = relays.into_iter().map(|h| h.join().unwrap_or_else(|panic| (0, Err(format!("panicked: {}", panic_message(&*panic)))))).collect();
+            // A relay catches its own panics: joining cannot fail.
+            let relayed: Vec<_> = relays.into_iter().filter_map(|h| h.join().ok()).collect();
             (outcome, relayed)
         });
         drop((norms, votes));
@@ -793,10 +808,13 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
 }
 
 /// Waits for the stages' reports, forwarding progress. The first stage to fail by itself (not
-/// because a neighbour stopped) names the error; when no stage reports for `timeout_seconds`,
-/// the run stops and the stages furthest behind are named.
+/// because a neighbour stopped) names the error; when no stage reports for `timeout_seconds`
+/// (a quarter more in a multi-process job, so that a stage's wait on another rank, which may
+/// start a step's computation later, fails first and names the rank), the run stops and the
+/// stages furthest behind are named.
 fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc::Receiver<Report>, plan: &EpochPlan, stop: &AtomicBool) -> Result<Vec<StageEpoch>, String> {
     let timeout = Duration::from_secs_f64(config.timeout_seconds);
+    let watchdog = if placement.ranks > 1 { timeout.mul_f64(1.25) } else { timeout };
     let local = placement.local.clone();
     let mut done: Vec<Option<StageEpoch>> = local.clone().map(|_| None).collect();
     // Steps done per stage, by stage number (only this process's stages report).
@@ -805,7 +823,7 @@ fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc
     let mut stalled: Option<String> = None;
     let mut finished = 0;
     while finished < local.len() {
-        match reports.recv_timeout(timeout) {
+        match reports.recv_timeout(watchdog) {
             Ok(Report::Step { stage, samples }) => {
                 steps[stage] += 1;
                 if stage + 1 == local.end {
@@ -826,7 +844,7 @@ fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc
             Err(RecvTimeoutError::Timeout) => {
                 let behind = local.clone().map(|s| steps[s]).min().unwrap_or(0);
                 let laggards: Vec<usize> = local.clone().filter(|&s| done[s - local.start].is_none() && steps[s] == behind).collect();
-                stalled = Some(format!("stage(s) {laggards:?} made no progress for {} s (stuck at step {})", timeout.as_secs_f64(), behind + 1));
+                stalled = Some(format!("stage(s) {laggards:?} made no progress for {} s (stuck at step {})", watchdog.as_secs_f64(), behind + 1));
                 stop.store(true, Ordering::SeqCst);
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -868,7 +886,7 @@ fn gather_epoch<B: AutodiffBackend>(stages: &mut [Stage<B>], placement: &Placeme
     for (s, epoch) in placement.local.clone().zip(&local) {
         figures[s * F..(s + 1) * F].copy_from_slice(&epoch.to_figures());
     }
-    link.all_reduce_sum_f64(&mut figures, timeout).map_err(|e| format!("gathering the epoch's figures: {e}"))?;
+    link.all_reduce_sum_f64(&mut figures, timeout, &AtomicBool::new(false)).map_err(|e| format!("gathering the epoch's figures: {e}"))?;
     // Each rank fills its own stages' values; the sum puts every stage's everywhere.
     let mut offsets = vec![0];
     for stage in stages.iter() {
@@ -929,8 +947,8 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             serde_json::Value::Object(map) => map,
             _ => unreachable!("json! of an object literal"),
         };
-        if let Some(across) = &self.across {
-            extra.insert("ranks".into(), json!(across.ranks));
+        if self.across.is_some() {
+            extra.insert("ranks".into(), json!(self.placement.ranks));
             extra.insert("stages_per_rank".into(), json!(self.placement.per_rank));
             extra.insert("cross_rank_bytes_per_step".into(), json!(epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64 / steps.max(1) as f64));
             extra.insert("cross_rank_seconds".into(), json!(epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>()));

@@ -122,11 +122,11 @@ impl Ranks for MpiRanks {
 struct MpiLink(Comm);
 
 impl MpiLink {
-    fn all_reduce<T: Equivalence + Copy + Default + 'static>(&mut self, values: &mut [T], timeout: Duration, what: &str) -> Result<(), String> {
+    fn all_reduce<T: Equivalence + Copy + Default + 'static>(&mut self, values: &mut [T], timeout: Duration, what: &str, stop: &AtomicBool) -> Result<(), String> {
         let (send, sum) = (RequestBuffer::new(values.to_vec()), RequestBuffer::new(vec![T::default(); values.len()]));
         // SAFETY: the buffers are read only after the request completed.
         let request = unsafe { self.0 .0.immediate_all_reduce_into(StaticScope, &*send.lend(), sum.lend(), SystemOperation::sum()) };
-        wait_within(request, timeout, what, &NEVER)?;
+        wait_within(request, timeout, what, stop)?;
         values.copy_from_slice(&unsafe { sum.into_vec() });
         drop(unsafe { send.into_vec() });
         Ok(())
@@ -135,11 +135,11 @@ impl MpiLink {
 
 impl RankLink for MpiLink {
     fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String> {
-        self.all_reduce(values, timeout, "in a gradient all-reduce across ranks")
+        self.all_reduce(values, timeout, "in a gradient all-reduce across ranks", &NEVER)
     }
 
-    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration) -> Result<(), String> {
-        self.all_reduce(values, timeout, "in a sum across ranks")
+    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration, stop: &AtomicBool) -> Result<(), String> {
+        self.all_reduce(values, timeout, "in a sum across ranks", stop)
     }
 
     fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), String> {
@@ -151,10 +151,16 @@ impl RankLink for MpiLink {
         Ok(())
     }
 
-    fn try_receive(&mut self, from: usize) -> Result<Option<Vec<u8>>, String> {
-        // A matched probe takes the message off the queue for this receive alone; its contents
-        // are already on their way, so the receive completes without waiting for the sender.
-        Ok(self.0 .0.process_at_rank(from as i32).immediate_matched_probe().map(|probed| probed.matched_receive_vec::<u8>().0))
+    fn try_receive(&mut self, from: usize, timeout: Duration, stop: &AtomicBool) -> Result<Option<Vec<u8>>, String> {
+        // A matched probe takes the message off the queue for this receive alone. Its contents
+        // may still be on their way (a large message moves only while the sender takes part),
+        // so the receive is non-blocking and bounded like every other wait.
+        let Some((message, status)) = self.0 .0.process_at_rank(from as i32).immediate_matched_probe() else { return Ok(None) };
+        let buffer = RequestBuffer::new(vec![0u8; status.count(u8::equivalent_datatype()).max(0) as usize]);
+        // SAFETY: the buffer is read only after the request completed.
+        let request = message.immediate_matched_receive_into(StaticScope, unsafe { buffer.lend() });
+        wait_within(request, timeout, &format!("receiving from rank {from}"), stop)?;
+        Ok(Some(unsafe { buffer.into_vec() }))
     }
 }
 

@@ -47,13 +47,14 @@ pub trait RankLink: Send {
     /// within `timeout`.
     fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String>;
     /// [`all_reduce_sum`](Self::all_reduce_sum) in `f64`, for figures that must stay exact
-    /// (byte counts, loss sums, squared gradient norms).
-    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration) -> Result<(), String>;
+    /// (byte counts, loss sums, squared gradient norms); fails early when `stop` is raised.
+    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration, stop: &AtomicBool) -> Result<(), String>;
     /// Sends `bytes` to rank `to` and waits until the link has taken them (messages to one rank
     /// arrive in the order sent). Fails past `timeout`, or early when `stop` is raised.
     fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), String>;
-    /// The next message from rank `from`, if one has arrived (never waits for one to come).
-    fn try_receive(&mut self, from: usize) -> Result<Option<Vec<u8>>, String>;
+    /// The next message from rank `from`, if one has begun to arrive (it does not wait for one
+    /// to come); receiving it fails past `timeout`, or early when `stop` is raised.
+    fn try_receive(&mut self, from: usize, timeout: Duration, stop: &AtomicBool) -> Result<Option<Vec<u8>>, String>;
 }
 
 /// A replica's link to the other ranks, with the figures its all-reduce accounting needs.

@@ -1,9 +1,9 @@
 //! Stage boundaries between ranks. A stage whose neighbour runs in another process keeps its
 //! ordinary in-process link ends (so its schedule, byte counts and waits are unchanged); a relay
 //! thread on each side carries the messages over a [`RankLink`]: the sending side's relay takes
-//! what its stage sends (after any simulated interconnect delay), encodes it and sends it to the
-//! other rank; the receiving side's relay polls for arrivals, decodes them onto its stage's
-//! device and hands them on.
+//! what its stage sends, encodes it and sends it to the other rank; the receiving side's relay
+//! polls for arrivals, decodes them onto its stage's device and hands them on (through any
+//! simulated interconnect, whose delay the receiving stage then counts as transfer time).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -51,12 +51,18 @@ pub(crate) fn send_out<B: AutodiffBackend>(stage: LinkReceiver<Message<B>>, link
 }
 
 /// Hands each message that arrives from rank `from` to `stage`, placed on `device`, until
-/// `done` (this rank's stages have finished the epoch) or `stop` is raised.
+/// `done` (this rank's stages have finished the epoch) or `stop` is raised. Each receive fails
+/// past `timeout`.
+///
+/// Messages carry no epoch number: the epoch's end is a barrier (every rank gathers the
+/// epoch's figures before any starts the next), so no message of the next epoch can arrive
+/// before `done`.
 pub(crate) fn receive_in<B: AutodiffBackend>(
     mut stage: LinkSender<Message<B>>,
     link: &mut dyn RankLink,
     from: usize,
     device: &B::Device,
+    timeout: Duration,
     done: &AtomicBool,
     stop: &AtomicBool,
 ) -> Result<Relayed, String> {
@@ -64,7 +70,7 @@ pub(crate) fn receive_in<B: AutodiffBackend>(
     let mut last_arrival = Instant::now();
     while !done.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
         let receiving = Instant::now();
-        let Some(bytes) = link.try_receive(from)? else {
+        let Some(bytes) = link.try_receive(from, timeout, stop)? else {
             // Poll tightly just after traffic (a pipeline's messages come in bursts), then
             // gently, leaving the cores to the stages.
             let pause = if last_arrival.elapsed() < Duration::from_millis(2) { 5 } else { 100 };
