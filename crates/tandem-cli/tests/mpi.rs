@@ -36,11 +36,11 @@ fn mpirun() -> Option<Command> {
     Some(command)
 }
 
-/// A tiny manifest of a GRU trained `epochs` epochs with `strategies` (TOML).
+/// A tiny manifest of a 2-layer GRU (4 blocks) trained `epochs` epochs with `strategies` (TOML).
 fn manifest(dir: &Path, name: &str, data: &Path, strategies: &str, epochs: usize, extra: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     let text = format!(
-        "[experiment]\nname = \"{name}\"\nseeds = [3]\nbackend = \"ndarray\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 192\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = {epochs}\nbatch_size = 30\n\n{strategies}\n{extra}\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\ndropout = 0.0\n",
+        "[experiment]\nname = \"{name}\"\nseeds = [3]\nbackend = \"ndarray\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 192\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = {epochs}\nbatch_size = 30\n\n{strategies}\n{extra}\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\nlayers = 2\ndropout = 0.0\n",
         data.display()
     );
     std::fs::write(&path, text).unwrap();
@@ -150,9 +150,9 @@ fn last_epoch(run: &Path) -> serde_json::Value {
 }
 
 /// Vanilla model parallelism (1F1B; cut by a time balance on rank 0, whose cut points hold for
-/// both ranks) and predictive sync (velocity, adaptive trigger: the sync votes and the loss cross
-/// ranks), each with its 2 stages on 2 ranks, against the same strategies and cuts with both
-/// stages in one process.
+/// both ranks), predictive sync (velocity, adaptive trigger: the sync votes and the loss cross
+/// ranks), each with its 2 stages on 2 ranks, and a 4-stage GPipe run with 2 stages per rank,
+/// against the same strategies and cuts in one process.
 #[test]
 fn stages_on_two_ranks_equal_stages_in_one_process() {
     let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
@@ -161,19 +161,20 @@ fn stages_on_two_ranks_equal_stages_in_one_process() {
     let pipeline = |cuts: &str| format!("[[strategies]]\nkind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 3\n{cuts}\n");
     let sync = "[[strategies]]\nkind = \"predictive-sync\"\nmodel_parallel = { stages = 2, cuts = [1], schedule = \"gpipe\", micro_batches = 3 }\n\
         predictor = { kind = \"velocity\" }\ntrigger = { kind = \"adaptive\", max_horizon = 4 }\n";
-    run_on_two_ranks(&out, &manifest(dir.path(), "across", &data, &(pipeline("balance = \"time\"") + sync), 2, "\n[cluster]\nranks = 2\n"));
-    let cuts = last_epoch(&run_dir(&out, "across", "gru-model-parallel"))["extra"]["cuts"].clone();
-    run_in_one_process(&out, &manifest(dir.path(), "single", &data, &(pipeline(&format!("cuts = {cuts}")) + sync), 2, ""));
+    let four = "[[strategies]]\nkind = \"model-parallel\"\nstages = 4\nschedule = \"gpipe\"\nmicro_batches = 3\n";
+    run_on_two_ranks(&out, &manifest(dir.path(), "across", &data, &(pipeline("balance = \"time\"") + sync + four), 2, "\n[cluster]\nranks = 2\n"));
+    let cuts = last_epoch(&run_dir(&out, "across", "gru-model-parallel-2s"))["extra"]["cuts"].clone();
+    run_in_one_process(&out, &manifest(dir.path(), "single", &data, &(pipeline(&format!("cuts = {cuts}")) + sync + four), 2, ""));
 
-    for run in ["gru-model-parallel", "gru-predictive-sync"] {
+    for (run, per_rank) in [("gru-model-parallel-2s", 1), ("gru-predictive-sync", 1), ("gru-model-parallel-4s", 2)] {
         let (across, single) = (run_dir(&out, "across", run), run_dir(&out, "single", run));
         let difference = parameter_difference(&across, &single);
-        eprintln!("{run}: 2 stages on 2 ranks vs in 1 process: relative parameter difference {difference:e}");
+        eprintln!("{run}: on 2 ranks vs in 1 process: relative parameter difference {difference:e}");
         assert_eq!(difference, 0.0, "{run}: the same computation, whatever process each stage runs in");
         let (across_summary, single_summary) = (summary(&across), summary(&single));
         assert_eq!(across_summary.final_holdout_loss, single_summary.final_holdout_loss, "{run}");
         let cluster = across_summary.cluster.clone().expect("a cluster block");
-        assert_eq!((cluster.ranks, cluster.stages_per_rank, cluster.replicas_per_rank), (2, Some(1), None));
+        assert_eq!((cluster.ranks, cluster.stages_per_rank, cluster.replicas_per_rank), (2, Some(per_rank), None));
         assert!(cluster.cross_rank_bytes_per_step.is_some_and(|b| b > 0.0) && cluster.cross_rank_seconds > 0.0, "{cluster:?}");
         // Every stage's figures are gathered on rank 0: the links count what one process counts.
         let (a, b) = (last_epoch(&across), last_epoch(&single));
