@@ -167,4 +167,8 @@ fn predictive_sync_settings_are_read_and_checked() {
     assert!(e.contains("oracle"), "{e}");
     let e = error_of(&text.replace("micro_batches = 4", "micro_batches = 0"));
     assert!(e.contains("model_parallel") && e.contains("micro_batches"), "{e}");
+    let replay = parse(&format!("{text}replay_batches = 3\n")).unwrap();
+    assert_eq!(replay.strategies[0].label(), "predictive-sync-holt-periodic10-replay3-2s-gpipe-4m-1gbe");
+    let e = error_of(&format!("{text}replay_batches = 5000\n"));
+    assert!(e.contains("strategies[0]") && e.contains("replay_batches"), "{e}");
 }

@@ -3,6 +3,7 @@
 //! in the order a [`Schedule`] prescribes. In a multi-process job each rank runs its share of
 //! the stages, and a boundary between ranks is relayed over MPI ([`crate::relay`]).
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -235,9 +236,11 @@ impl StageFailure {
 #[derive(Default)]
 struct StageEpoch {
     loss_sum: f64,
-    /// Samples trained on (last stage), and samples of skipped steps.
+    /// Samples trained on (last stage), samples of skipped steps, and samples of skipped steps
+    /// trained on later (replay).
     samples: usize,
     skipped_samples: usize,
+    replayed_samples: usize,
     predict: Duration,
     compute: Duration,
     transfer: Duration,
@@ -255,7 +258,7 @@ struct StageEpoch {
 
 impl StageEpoch {
     /// Number of figures in [`to_figures`](Self::to_figures).
-    const FIGURES: usize = 16;
+    const FIGURES: usize = 17;
 
     /// The figures as numbers, to sum across ranks (counts stay exact in `f64`).
     fn to_figures(&self) -> [f64; Self::FIGURES] {
@@ -265,7 +268,7 @@ impl StageEpoch {
             self.loss_sum, self.samples as f64, self.skipped_samples as f64,
             s(self.predict), s(self.compute), s(self.transfer), s(self.idle), s(self.wall),
             self.peak_live as f64, f.messages as f64, f.bytes as f64, b.messages as f64, b.bytes as f64,
-            self.control_bytes as f64, self.relayed.bytes as f64, s(self.relayed.busy),
+            self.control_bytes as f64, self.relayed.bytes as f64, s(self.relayed.busy), self.replayed_samples as f64,
         ]
     }
 
@@ -276,7 +279,7 @@ impl StageEpoch {
             loss_sum: v[0], samples: v[1] as usize, skipped_samples: v[2] as usize,
             predict: d(v[3]), compute: d(v[4]), transfer: d(v[5]), idle: d(v[6]), wall: d(v[7]),
             peak_live: v[8] as usize, forward_traffic: traffic(v[9], v[10]), backward_traffic: traffic(v[11], v[12]),
-            control_bytes: v[13] as u64, relayed: Relayed { bytes: v[14] as u64, busy: d(v[15]) },
+            control_bytes: v[13] as u64, relayed: Relayed { bytes: v[14] as u64, busy: d(v[15]) }, replayed_samples: v[16] as usize,
         }
     }
 }
@@ -391,6 +394,8 @@ pub struct ModelParallel<B: AutodiffBackend> {
     failed: bool,
     /// One per stage, or none (vanilla).
     policies: Vec<Box<dyn StepPolicy<B>>>,
+    /// Skipped batches replayed at the next real step, at most.
+    replay: usize,
     placement: Placement,
     across: Option<AcrossRanks>,
 }
@@ -450,7 +455,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
         let snapshot = stages.iter().map(|s| s.module().clone()).collect();
         let config = config.clone();
-        Ok(Self { stages, pools, cuts, config, train: train.clone(), snapshot, failed: false, policies: Vec::new(), placement, across: None })
+        Ok(Self { stages, pools, cuts, config, train: train.clone(), snapshot, failed: false, policies: Vec::new(), replay: 0, placement, across: None })
     }
 
     /// Gives each stage a [`StepPolicy`] (one per stage, in stage order).
@@ -460,6 +465,13 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         }
         self.policies = policies;
         Ok(self)
+    }
+
+    /// With step policies: trains each real step also on the last `batches` batches skipped
+    /// before it (a replay buffer, an ablation of predictive sync; 0, the default, replays none).
+    pub fn with_replay(mut self, batches: usize) -> Self {
+        self.replay = batches;
+        self
     }
 
     /// The cut points in use (block indices where each stage after the first begins).
@@ -497,6 +509,8 @@ struct StageContext<'a, 'l> {
     train: &'a TrainConfig,
     config: &'a ModelParallelConfig,
     placement: &'a Placement,
+    /// Skipped batches to train on at the next real step, at most (0: none).
+    replay: usize,
     norms: &'a ScalarSum<'l>,
     /// Sync votes and the shared loss (with step policies only).
     votes: &'a ScalarSum<'l>,
@@ -536,7 +550,9 @@ impl StageContext<'_, '_> {
         let started = Instant::now();
         let mut epoch = StageEpoch::default();
         let last = self.index + 1 == self.stages;
-        for (b, indices) in self.plan.batches.iter().enumerate() {
+        // Batches skipped since the last real step, kept for replay (at most `replay`).
+        let mut skipped: VecDeque<&[usize]> = VecDeque::new();
+        for (b, batch) in self.plan.batches.iter().enumerate() {
             if self.stop.load(Ordering::SeqCst) {
                 return Err(StageFailure::elsewhere("stopped"));
             }
@@ -552,12 +568,31 @@ impl StageContext<'_, '_> {
                     policy.skip(stage);
                     epoch.predict += predicting.elapsed();
                     if last {
-                        epoch.skipped_samples += indices.len();
+                        epoch.skipped_samples += batch.len();
                     }
-                    let _ = self.reports.send(Report::Step { stage: self.index, samples: indices.len() });
+                    if self.replay > 0 {
+                        if skipped.len() == self.replay {
+                            skipped.pop_front();
+                        }
+                        skipped.push_back(batch);
+                    }
+                    let _ = self.reports.send(Report::Step { stage: self.index, samples: batch.len() });
                     continue;
                 }
             }
+            // Replay: the kept skipped batches are trained on with this one, as one global batch.
+            let replayed: Vec<usize> = skipped.drain(..).flatten().copied().collect();
+            if last {
+                epoch.replayed_samples += replayed.len();
+            }
+            let joined: Vec<usize>;
+            let indices: &[usize] = match replayed.is_empty() {
+                true => batch,
+                false => {
+                    joined = replayed.into_iter().chain(batch.iter().copied()).collect();
+                    &joined
+                }
+            };
             let batch_loss_before = epoch.loss_sum;
             let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(indices.len()).max(1);
             let ranges = shard_ranges(indices.len(), micro);
@@ -632,7 +667,7 @@ impl StageContext<'_, '_> {
                 policy.after_update(stage, loss, last);
                 epoch.predict += predicting.elapsed();
             }
-            let _ = self.reports.send(Report::Step { stage: self.index, samples: indices.len() });
+            let _ = self.reports.send(Report::Step { stage: self.index, samples: batch.len() });
         }
         epoch.wall = started.elapsed();
         epoch.control_bytes = policy.map_or(0, |p| p.control_bytes());
@@ -733,7 +768,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         }
         self.snapshot = self.stages.iter().map(|s| s.module().clone()).collect();
         let k = self.stages.len();
-        let (train, config, placement) = (&self.train, &self.config, &self.placement);
+        let (train, config, placement, replay) = (&self.train, &self.config, &self.placement, self.replay);
         let local = placement.local.clone();
         let timeout = Duration::from_secs_f64(config.timeout_seconds);
         let (boundaries, norms, votes) = match &mut self.across {
@@ -754,7 +789,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             let relays: Vec<ScopedJoinHandle<_>> = relays.into_iter().map(|relay| scope.spawn(|| relay.run(cross_rank(timeout), &done, &stop))).collect();
             let stages = self.stages.iter_mut().zip(policies.drain(..)).zip(ends).enumerate().filter(|(index, _)| local.contains(index));
             for ((index, ((stage, policy), ends)), pool) in stages.zip(&self.pools) {
-                let context = StageContext { index, stages: k, plan, train, config, placement, norms: &norms, votes: &votes, stop: &stop, reports: tx.clone() };
+                let context = StageContext { index, stages: k, plan, train, config, placement, replay, norms: &norms, votes: &votes, stop: &stop, reports: tx.clone() };
                 scope.spawn(move || {
                     let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| context.run(stage, ends, policy))))
                         .unwrap_or_else(|panic| Err(StageFailure::own(format!("panicked: {}", panic_message(&panic)))));
@@ -942,6 +977,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         if !self.policies.is_empty() {
             extra["control_bytes_per_step"] = json!(control as f64 / steps.max(1) as f64);
             extra["predict_seconds"] = json!(epochs.iter().map(|e| e.predict.as_secs_f64()).collect::<Vec<_>>());
+            extra["replayed_samples"] = json!(last.replayed_samples);
         }
         let mut extra = match extra {
             serde_json::Value::Object(map) => map,
@@ -960,7 +996,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             extra.extend(first);
         }
         // Loss over the samples trained on; samples over all the epoch consumed.
-        TrainStats { loss: last.loss_sum / last.samples.max(1) as f64, samples: last.samples + last.skipped_samples, steps, extra }
+        TrainStats { loss: last.loss_sum / last.samples.max(1) as f64, samples: last.samples + last.skipped_samples - last.replayed_samples, steps, extra }
     }
 }
 

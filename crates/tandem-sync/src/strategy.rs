@@ -23,6 +23,9 @@ use crate::trigger::{Evidence, Trigger, TriggerConfig};
 /// Bytes of one control message (an alert, or a shared loss): one f64.
 const CONTROL_BYTES: u64 = 8;
 
+/// Largest replay buffer, in batches (a sync step trains on all of them at once).
+const MAX_REPLAY_BATCHES: usize = 1000;
+
 /// `[strategy] kind = "predictive-sync"`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -31,6 +34,9 @@ pub struct PredictiveSyncConfig {
     pub model_parallel: ModelParallelConfig,
     pub predictor: PredictorConfig,
     pub trigger: TriggerConfig,
+    /// Replay buffer (an ablation, 0 = off): at a sync step, also train on the last this many
+    /// batches skipped before it.
+    pub replay_batches: usize,
 }
 
 impl PredictiveSyncConfig {
@@ -38,7 +44,11 @@ impl PredictiveSyncConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.model_parallel.validate().map_err(|e| format!("model_parallel: {e}"))?;
         self.predictor.validate().map_err(|e| format!("predictor: {e}"))?;
-        self.trigger.validate().map_err(|e| format!("trigger: {e}"))
+        self.trigger.validate().map_err(|e| format!("trigger: {e}"))?;
+        if self.replay_batches > MAX_REPLAY_BATCHES {
+            return Err(format!("`replay_batches` must be at most {MAX_REPLAY_BATCHES}, got {}", self.replay_batches));
+        }
+        Ok(())
     }
 
     /// Short label for run names, e.g. `predictive-sync-holt-periodic4-2s-gpipe-8m`.
@@ -49,7 +59,8 @@ impl PredictiveSyncConfig {
             other => other.name().to_string(),
         };
         let mp = self.model_parallel.label();
-        format!("predictive-sync-{}-{trigger}{}", self.predictor.name(), mp.trim_start_matches("model-parallel"))
+        let replay = if self.replay_batches > 0 { format!("-replay{}", self.replay_batches) } else { String::new() };
+        format!("predictive-sync-{}-{trigger}{replay}{}", self.predictor.name(), mp.trim_start_matches("model-parallel"))
     }
 
     /// The strategy: `model` cut into stages on `devices`, each stage with its own policy. In a
@@ -62,7 +73,7 @@ impl PredictiveSyncConfig {
             Some(ranks) => ModelParallel::across_ranks(model, train, &self.model_parallel, devices, profile_data, ranks)?,
             None => ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?,
         };
-        strategy.with_policies(policies)
+        Ok(strategy.with_policies(policies)?.with_replay(self.replay_batches))
     }
 }
 

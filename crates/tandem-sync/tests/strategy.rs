@@ -20,7 +20,7 @@ fn mp() -> ModelParallelConfig {
 }
 
 fn sync_config(predictor: PredictorConfig, trigger: TriggerConfig) -> PredictiveSyncConfig {
-    PredictiveSyncConfig { model_parallel: mp(), predictor, trigger }
+    PredictiveSyncConfig { model_parallel: mp(), predictor, trigger, replay_batches: 0 }
 }
 
 #[test]
@@ -74,4 +74,30 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let ratio = fixed.extra["bytes_per_step"].as_f64().unwrap() / full.extra["bytes_per_step"].as_f64().unwrap();
     assert!((ratio - synced_samples / data.len() as f64).abs() < 1e-9, "bytes ratio {ratio}");
     assert!(relative_difference(&moving_params, &fixed_params) > 1e-4, "velocity moves the parameters on skipped steps; static does not");
+}
+
+#[test]
+fn a_replay_buffer_trains_the_kept_skipped_batches_at_the_next_sync() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let cnn = &small_models()[0];
+    let run = |replay_batches: usize| {
+        let sync = PredictiveSyncConfig { replay_batches, ..sync_config(PredictorConfig::Static, TriggerConfig::Periodic { every: 4 }) };
+        let mut strategy = sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
+        one_epoch(&mut strategy, &data, &train)
+    };
+    let bytes = |stats: &tandem_train::TrainStats| stats.extra["bytes_per_step"].as_f64().unwrap();
+    let none = run(0);
+    // 14 batches of 12 (the last of 4), syncs at 0, 4, 8, 12. Replaying 3: the syncs at 4, 8 and
+    // 12 also train on the 3 batches before them; only batch 13 is never trained on.
+    for (replay, replayed_batches) in [(3, 9), (2, 6)] {
+        let stats = run(replay);
+        assert_eq!(stats.extra["sync_steps"], serde_json::json!(4));
+        assert_eq!(stats.extra["replayed_samples"], serde_json::json!(12 * replayed_batches));
+        assert_eq!(stats.samples, data.len(), "a replayed batch is counted once");
+        let ratio = bytes(&stats) / bytes(&none);
+        assert!((ratio - (4 + replayed_batches) as f64 / 4.0).abs() < 1e-9, "replay {replay}: bytes ratio {ratio}");
+    }
+    assert_eq!(none.extra["replayed_samples"], serde_json::json!(0));
 }
