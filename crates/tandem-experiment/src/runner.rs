@@ -148,15 +148,10 @@ fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn Ranks) -> Re
     ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(config)?;
     check_job_size(manifest, ranks.size())?;
     for strategy in &manifest.strategies {
-        match strategy.stages() {
-            _ if matches!(strategy, StrategyConfig::DataParallel(_)) => {}
-            None => {
-                return Err(config(format!(
-                    "strategy `{}` runs in one process; data-parallel, model-parallel and predictive-sync span ranks (run it without mpirun)",
-                    strategy.name()
-                )))
-            }
-            Some(stages) if stages % ranks.size() != 0 => {
+        match (strategy, strategy.stages()) {
+            (StrategyConfig::DataParallel(_), _) => {}
+            (_, Some(stages)) if stages % ranks.size() == 0 => {}
+            (_, Some(stages)) => {
                 return Err(config(format!(
                     "strategy `{}`: its {stages} stages cannot be spread evenly over the job's {} ranks (make `stages` a multiple of {})",
                     strategy.name(),
@@ -164,7 +159,12 @@ fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn Ranks) -> Re
                     ranks.size()
                 )))
             }
-            Some(_) => {}
+            (_, None) => {
+                return Err(config(format!(
+                    "strategy `{}` runs in one process; data-parallel, model-parallel and predictive-sync span ranks (run it without mpirun)",
+                    strategy.name()
+                )))
+            }
         }
     }
     Ok(())
@@ -421,7 +421,7 @@ fn devices_for<D: Clone>(available: &[D], n: usize, cpu: bool) -> Result<Vec<D>,
 fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ctx: &RunContext) -> Outcome {
     // In a multi-process job each rank runs its share of the stages (replicas are per rank).
     let wanted = match (ctx.ranks, ctx.strategy.stages()) {
-        (Some(ranks), Some(stages)) => stages.div_ceil(ranks.size()),
+        (Some(ranks), Some(stages)) => stages / ranks.size(),
         _ => ctx.strategy.num_devices(),
     };
     let used = match devices_for(&devices, wanted, cpu) {

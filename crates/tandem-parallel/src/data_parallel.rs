@@ -15,7 +15,7 @@ use tandem_train::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, Trai
 
 use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
-use crate::ranks::{fingerprint, CrossRank, Ranks};
+use crate::ranks::{check_same_parameters, cross_rank_timeout, CrossRank, Ranks};
 use crate::shard::shard_ranges;
 use crate::worker::{panic_message, thread_pools};
 
@@ -153,10 +153,9 @@ impl<B: AutodiffBackend> DataParallel<B> {
     /// every rank applies the same averaged gradient. Checks that all ranks start from the same
     /// parameters.
     pub fn across_ranks(mut self, ranks: &dyn Ranks) -> Result<Self, String> {
-        let bits: Vec<u8> = self.snapshot.parameter_values().iter().flat_map(|v| v.to_le_bytes()).collect();
-        ranks.check_same("initial parameters", fingerprint(&bits))?;
+        check_same_parameters(ranks, &self.snapshot)?;
         let local = self.replicas.len();
-        let timeout = Duration::from_secs_f64(0.9 * self.config.timeout_seconds);
+        let timeout = cross_rank_timeout(Duration::from_secs_f64(self.config.timeout_seconds));
         let mut links = ranks.links(local + 1)?.into_iter().map(|link| CrossRank { link, ranks: ranks.size(), timeout });
         for (replica, link) in self.replicas.iter_mut().zip(links.by_ref()) {
             replica.shard = ranks.rank() * local + replica.rank;

@@ -22,7 +22,7 @@ use tandem_train::optim::clip_factor;
 use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
 use crate::link::{link, Interconnect, LinkReceiver, LinkSender, RecvError, Traffic};
-use crate::ranks::{fingerprint, RankLink, Ranks};
+use crate::ranks::{check_same_parameters, cross_rank_timeout, RankLink, Ranks};
 use crate::relay::{self, Message, Relayed};
 use crate::schedule::{theoretical_bubble, Action, Schedule};
 use crate::shard::shard_ranges;
@@ -323,7 +323,7 @@ impl<'l> ScalarSum<'l> {
                 drop(state);
                 let mut slots = vec![0.0; *stages];
                 slots[self.local.clone()].copy_from_slice(&values);
-                link.lock().unwrap_or_else(|e| e.into_inner()).all_reduce_sum_f64(&mut slots, cross_rank(timeout), stop)
+                link.lock().unwrap_or_else(|e| e.into_inner()).all_reduce_sum_f64(&mut slots, cross_rank_timeout(timeout), stop)
                     .map_err(|e| StageFailure::own(format!("summing {}: {e}", self.what)))?;
                 values = slots;
                 state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -346,12 +346,6 @@ impl<'l> ScalarSum<'l> {
             }
         }
     }
-}
-
-/// How long a wait on another rank lasts: a little less than `timeout`, the watchdog's, so
-/// that the wait fails first and names the rank, rather than the watchdog a stage waiting for it.
-fn cross_rank(timeout: Duration) -> Duration {
-    timeout.mul_f64(0.9)
 }
 
 /// Which stages this process runs: all of them, or in a multi-process job of `ranks` ranks the
@@ -429,8 +423,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         if local_devices.len() != per_rank {
             return Err(format!("{per_rank} stages per rank need {per_rank} devices on each rank, got {}", local_devices.len()));
         }
-        let bits: Vec<u8> = model.parameter_values().iter().flat_map(|v| v.to_le_bytes()).collect();
-        ranks.check_same("initial parameters", fingerprint(&bits))?;
+        check_same_parameters(ranks, &model)?;
         let pools = thread_pools(per_rank, train.threads, "stage")?;
         // A time balance measures differently on every rank: rank 0's cuts hold for all.
         let mine = match rank {
@@ -526,7 +519,7 @@ impl StageContext<'_, '_> {
     /// Receives the message for (`batch`, `micro`) from stage `peer` on `link`, adding the wait to `epoch`.
     fn receive<B: AutodiffBackend>(&self, link: &Option<LinkReceiver<Message<B>>>, peer: usize, batch: usize, micro: usize, epoch: &mut StageEpoch) -> Result<Wire<B>, StageFailure> {
         let link = link.as_ref().ok_or_else(|| StageFailure::own("receive on a link that does not exist"))?;
-        let timeout = if self.placement.local.contains(&peer) { self.timeout() } else { cross_rank(self.timeout()) };
+        let timeout = if self.placement.local.contains(&peer) { self.timeout() } else { cross_rank_timeout(self.timeout()) };
         let ((b, m, value), wait) = link.recv(timeout, self.stop).map_err(|e| StageFailure {
             waited_for: matches!(e, RecvError::Timeout(_)).then_some(peer),
             ..StageFailure::elsewhere(format!("{e} from stage {peer}"))
@@ -786,7 +779,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             false => self.policies.iter_mut().map(Some).collect(),
         };
         let (outcome, relayed) = std::thread::scope(|scope| {
-            let relays: Vec<ScopedJoinHandle<_>> = relays.into_iter().map(|relay| scope.spawn(|| relay.run(cross_rank(timeout), &done, &stop))).collect();
+            let relays: Vec<ScopedJoinHandle<_>> = relays.into_iter().map(|relay| scope.spawn(|| relay.run(cross_rank_timeout(timeout), &done, &stop))).collect();
             let stages = self.stages.iter_mut().zip(policies.drain(..)).zip(ends).enumerate().filter(|(index, _)| local.contains(index));
             for ((index, ((stage, policy), ends)), pool) in stages.zip(&self.pools) {
                 let context = StageContext { index, stages: k, plan, train, config, placement, replay, norms: &norms, votes: &votes, stop: &stop, reports: tx.clone() };
@@ -819,7 +812,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
                 (relayed.bytes, relayed.busy) = (relayed.bytes + relay.bytes, relayed.busy + relay.busy);
             }
             match &mut self.across {
-                Some(across) => gather_epoch(&mut self.stages, &self.placement, across.gather.as_mut(), cross_rank(timeout), epochs),
+                Some(across) => gather_epoch(&mut self.stages, &self.placement, across.gather.as_mut(), cross_rank_timeout(timeout), epochs),
                 None => Ok(epochs),
             }
         });
@@ -901,7 +894,7 @@ fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc
             false => format!(
                 "stage {peer}, on rank {}, sent nothing for {} s (stage {waiter} was waiting for it at step {} of epoch {}); that rank is stuck or gone",
                 placement.rank_of(peer),
-                cross_rank(timeout).as_secs_f64(),
+                cross_rank_timeout(timeout).as_secs_f64(),
                 steps[waiter] + 1,
                 plan.epoch + 1
             ),

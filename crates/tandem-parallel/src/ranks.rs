@@ -57,6 +57,19 @@ pub trait RankLink: Send {
     fn try_receive(&mut self, from: usize, timeout: Duration, stop: &AtomicBool) -> Result<Option<Vec<u8>>, String>;
 }
 
+/// How long a wait on another rank lasts: a little less than `timeout`, the strategy's
+/// watchdog's, so that the wait fails first and names the rank rather than the watchdog naming
+/// a replica or stage that was waiting for it.
+pub(crate) fn cross_rank_timeout(timeout: Duration) -> Duration {
+    timeout.mul_f64(0.9)
+}
+
+/// Collective: fails on every rank unless all ranks start from the same parameters.
+pub(crate) fn check_same_parameters<B: burn::tensor::backend::Backend>(ranks: &dyn Ranks, model: &tandem_models::Classifier<B>) -> Result<(), String> {
+    let bits: Vec<u8> = model.parameter_values().iter().flat_map(|v| v.to_le_bytes()).collect();
+    ranks.check_same("initial parameters", fingerprint(&bits))
+}
+
 /// A replica's link to the other ranks, with the figures its all-reduce accounting needs.
 pub(crate) struct CrossRank {
     pub link: Box<dyn RankLink>,
