@@ -80,6 +80,7 @@ pub struct RunSummary {
     pub vocab_size: usize,
     pub max_len: usize,
     pub parameters: usize,
+    /// Epochs finished (stream mode: passes over the stream).
     pub epochs_completed: usize,
     /// Sum of the epochs' training time (evaluation excluded).
     pub train_seconds: f64,
@@ -95,6 +96,13 @@ pub struct RunSummary {
     pub best_epoch: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub best_accuracy: Option<f64>,
+    /// Test-then-train accuracy over the whole run: each training sample classified by the
+    /// forward pass before the update that trains on it (in stream mode, the prequential
+    /// accuracy); over `prequential_samples` samples (predicted steps run no forward pass).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub prequential_accuracy: Option<f64>,
+    #[serde(default)]
+    pub prequential_samples: usize,
     pub tandem_version: String,
     pub started_at: String,
     pub finished_at: String,
@@ -208,7 +216,10 @@ impl RankLog {
 impl RunSummary {
     /// Fills the figures that derive from the epoch records.
     pub fn set_epochs(&mut self, records: &[EpochRecord]) {
-        self.epochs_completed = records.len();
+        self.epochs_completed = records.iter().filter(|r| r.stream.as_ref().is_none_or(|s| s.pass_complete)).count();
+        self.prequential_samples = records.iter().map(|r| r.prequential_samples).sum();
+        let correct: f64 = records.iter().map(|r| r.prequential_accuracy.unwrap_or(0.0) * r.prequential_samples as f64).sum();
+        self.prequential_accuracy = (self.prequential_samples > 0).then(|| correct / self.prequential_samples as f64);
         self.train_seconds = records.iter().map(|r| r.train_seconds).sum();
         self.eval_seconds = records.iter().map(|r| r.eval_seconds).sum();
         let samples: f64 = records.iter().map(|r| r.train_samples_per_second * r.train_seconds).sum();

@@ -286,7 +286,13 @@ fn run_one(
         machine: results::machine_description(),
         threads_per_device: threads,
         seed,
-        data: data.splits_description.clone(),
+        data: match &entry.train.stream {
+            Some(stream) => format!(
+                "{}, as a stream ({} passes in one fixed order, holdout every {} batches)",
+                data.splits_description, entry.train.epochs, stream.eval_every
+            ),
+            None => data.splits_description.clone(),
+        },
         train_samples: data.train.len(),
         holdout_samples: data.holdout.len(),
         vocab_size: data.vocab.len(),
@@ -300,6 +306,8 @@ fn run_one(
         final_holdout_loss: None,
         best_epoch: None,
         best_accuracy: None,
+        prequential_accuracy: None,
+        prequential_samples: 0,
         tandem_version: crate::VERSION.into(),
         started_at,
         finished_at: results::now_utc(),
@@ -492,9 +500,13 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         if !ctx.writes_results {
             return Ok(());
         }
+        let point = match &record.stream {
+            Some(at) => format!("pass {:>2}, batch {:>5}", record.epoch, at.batches),
+            None => format!("epoch {:>2}", record.epoch),
+        };
         let line = format!(
-            "  epoch {:>2}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {:.0} samples/s",
-            record.epoch, record.train_loss, record.holdout_loss, record.holdout.accuracy, record.holdout.macro_f1,
+            "  {point}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {:.0} samples/s",
+            record.train_loss, record.holdout_loss, record.holdout.accuracy, record.holdout.macro_f1,
             record.train_samples_per_second
         );
         if progress.is_hidden() { eprintln!("{line}") } else { progress.println(line) }

@@ -38,6 +38,9 @@ fn a_minimal_manifest_gets_defaults_and_per_model_overrides() {
     assert_eq!(m.models[1].train.learning_rate, 0.01);
     assert_eq!(m.models[1].train.epochs, 3, "overrides keep the other [train] values");
     assert!(matches!(&m.models[1].config, ModelConfig::Lstm(c) if c.hidden == 32));
+    assert_eq!(m.models[0].train.stream, None, "epochs unless `stream` is set");
+    let m = parse(&MINIMAL.replace("epochs = 3", "epochs = 3\nstream = { eval_every = 25 }")).unwrap();
+    assert_eq!(m.models[1].train.stream, Some(tandem_train::StreamConfig { eval_every: 25 }), "per-model overrides keep the stream");
 }
 
 #[test]
@@ -83,6 +86,8 @@ fn bad_values_name_their_field() {
         (format!("{MINIMAL}\n[data]\nholdout_fraction = 1.5\n"), "holdout_fraction"),
         (format!("{MINIMAL}\n[strategy]\nkind = \"pipeline\"\n"), "pipeline"),
         (MINIMAL.replace("hidden = 32", "hidden = 0"), "hidden"),
+        (MINIMAL.replace("epochs = 3", "epochs = 3\nstream = { eval_every = 0 }"), "stream.eval_every"),
+        (MINIMAL.replace("epochs = 3", "epochs = 3\nstream = { every = 5 }"), "every"),
     ];
     for (text, needle) in cases {
         let e = error_of(&text);

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tandem_models::Classifier;
 use tandem_train::optim::AnyOptimizer;
-use tandem_train::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
+use tandem_train::{tested_gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
 use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
@@ -103,6 +103,8 @@ enum Report {
 struct ReplicaEpoch {
     loss_sum: f64,
     samples: usize,
+    /// Samples of the shards the forward pass classified correctly (before the update).
+    correct: usize,
     step_seconds: f64,
     comm: CommStats,
 }
@@ -197,11 +199,11 @@ impl<B: AutodiffBackend> Replica<B> {
             let started = Instant::now();
             let model = self.model.take().ok_or("this replica lost its parameters in an earlier failure")?;
             let shard = &indices[shard_ranges(indices.len(), shards)[self.shard].clone()];
-            let (loss, local) = if shard.is_empty() {
-                (0.0, None)
+            let (loss, correct, local) = if shard.is_empty() {
+                (0.0, 0, None)
             } else {
-                let (loss, grads) = gradients(&model, plan.data.batch::<B>(shard, &self.device));
-                (loss, Some(grads))
+                let (loss, correct, grads) = tested_gradients(&model, plan.data.batch::<B>(shard, &self.device));
+                (loss, correct, Some(grads))
             };
             let rows = if self.exchange.is_row_sparse() { touched_rows(plan.data, indices) } else { Vec::new() };
             let weight = shard.len() as f64 / indices.len() as f64;
@@ -215,6 +217,7 @@ impl<B: AutodiffBackend> Replica<B> {
             self.model = Some(self.optimizer.update(train, model, grads, plan.first_step + i, plan.total_steps));
             epoch.loss_sum += loss * shard.len() as f64;
             epoch.samples += shard.len();
+            epoch.correct += correct;
             epoch.step_seconds += started.elapsed().as_secs_f64();
             epoch.comm.add(&comm);
             let _ = reports.send(Report::Step { rank: self.rank, samples: indices.len() });
@@ -260,10 +263,11 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
         if let Some(totals) = &mut self.totals {
             // Loss and samples of every rank's shards, not just this rank's (f32: sample counts
             // are exact up to 2^24 per epoch).
-            let mut sums = [(stats.loss * stats.samples as f64) as f32, stats.samples as f32];
+            let mut sums = [(stats.loss * stats.samples as f64) as f32, stats.samples as f32, stats.correct as f32];
             totals.link.all_reduce_sum(&mut sums, totals.timeout).map_err(TrainError::Strategy)?;
             stats.loss = f64::from(sums[0]) / f64::from(sums[1]).max(1.0);
             stats.samples = sums[1].round() as usize;
+            (stats.tested, stats.correct) = (stats.samples, sums[2].round() as usize);
         }
         Ok(stats)
     }
@@ -326,6 +330,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
     fn epoch_stats(&self, epochs: &[ReplicaEpoch]) -> TrainStats {
         let n = epochs.len().max(1) as f64;
         let samples: usize = epochs.iter().map(|e| e.samples).sum();
+        let correct: usize = epochs.iter().map(|e| e.correct).sum();
         let loss = epochs.iter().map(|e| e.loss_sum).sum::<f64>() / samples.max(1) as f64;
         let steps = epochs.first().map_or(0, |e| e.comm.steps) as usize;
         let per_step = |f: fn(&CommStats) -> u64| epochs.iter().map(|e| f(&e.comm) as f64).sum::<f64>() / n / steps.max(1) as f64;
@@ -357,6 +362,6 @@ impl<B: AutodiffBackend> DataParallel<B> {
             serde_json::Value::Object(map) => map,
             _ => unreachable!("json! of an object literal"),
         };
-        TrainStats { loss, samples, steps, extra }
+        TrainStats { loss, samples, steps, tested: samples, correct, extra }
     }
 }

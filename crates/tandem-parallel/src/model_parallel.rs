@@ -241,6 +241,8 @@ struct StageEpoch {
     samples: usize,
     skipped_samples: usize,
     replayed_samples: usize,
+    /// Samples trained on that the last stage's forward pass classified correctly.
+    correct: usize,
     predict: Duration,
     compute: Duration,
     transfer: Duration,
@@ -258,7 +260,7 @@ struct StageEpoch {
 
 impl StageEpoch {
     /// Number of figures in [`to_figures`](Self::to_figures).
-    const FIGURES: usize = 17;
+    const FIGURES: usize = 18;
 
     /// The figures as numbers, to sum across ranks (counts stay exact in `f64`).
     fn to_figures(&self) -> [f64; Self::FIGURES] {
@@ -269,6 +271,7 @@ impl StageEpoch {
             s(self.predict), s(self.compute), s(self.transfer), s(self.idle), s(self.wall),
             self.peak_live as f64, f.messages as f64, f.bytes as f64, b.messages as f64, b.bytes as f64,
             self.control_bytes as f64, self.relayed.bytes as f64, s(self.relayed.busy), self.replayed_samples as f64,
+            self.correct as f64,
         ]
     }
 
@@ -280,6 +283,7 @@ impl StageEpoch {
             predict: d(v[3]), compute: d(v[4]), transfer: d(v[5]), idle: d(v[6]), wall: d(v[7]),
             peak_live: v[8] as usize, forward_traffic: traffic(v[9], v[10]), backward_traffic: traffic(v[11], v[12]),
             control_bytes: v[13] as u64, relayed: Relayed { bytes: v[14] as u64, busy: d(v[15]) }, replayed_samples: v[16] as usize,
+            correct: v[17] as usize,
         }
     }
 }
@@ -605,8 +609,9 @@ impl StageContext<'_, '_> {
                         let input = input.unwrap_or_else(|| Activation::Tokens(batch.tokens.inner()));
                         if last {
                             let weight = rows.len() as f64 / indices.len() as f64;
-                            let loss = stage.forward_loss(m, input, &batch.mask_pad, batch.labels, weight);
+                            let (loss, correct) = stage.forward_loss(m, input, &batch.mask_pad, batch.labels, weight);
                             epoch.loss_sum += loss * rows.len() as f64;
+                            epoch.correct += correct;
                             epoch.samples += rows.len();
                             epoch.compute += computing.elapsed();
                             epoch.peak_live = epoch.peak_live.max(stage.live());
@@ -989,7 +994,14 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             extra.extend(first);
         }
         // Loss over the samples trained on; samples over all the epoch consumed.
-        TrainStats { loss: last.loss_sum / last.samples.max(1) as f64, samples: last.samples + last.skipped_samples - last.replayed_samples, steps, extra }
+        TrainStats {
+            loss: last.loss_sum / last.samples.max(1) as f64,
+            samples: last.samples + last.skipped_samples - last.replayed_samples,
+            steps,
+            tested: last.samples,
+            correct: last.correct,
+            extra,
+        }
     }
 }
 

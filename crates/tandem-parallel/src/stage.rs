@@ -87,15 +87,17 @@ impl<B: AutodiffBackend> Stage<B> {
 
     /// Forward pass of micro-batch `micro` on the last stage, up to the loss. The loss is the
     /// micro-batch's mean cross-entropy scaled by `weight` (its share of the global batch), so
-    /// that the micro-batches' gradients add up to the global batch's. Returns the unscaled loss.
-    pub fn forward_loss(&mut self, micro: usize, input: Wire<B>, mask_pad: &Tensor<B, 2, Bool>, labels: Tensor<B, 1, Int>, weight: f64) -> f64 {
+    /// that the micro-batches' gradients add up to the global batch's. Returns the unscaled loss and how many samples the logits classify
+    /// correctly.
+    pub fn forward_loss(&mut self, micro: usize, input: Wire<B>, mask_pad: &Tensor<B, 2, Bool>, labels: Tensor<B, 1, Int>, weight: f64) -> (f64, usize) {
         let input = attach::<B>(input, &self.device);
         let module = fresh_leaves(self.module());
         let logits = module.forward_activation(input.clone(), mask_pad).into_features();
+        let correct = tandem_train::correct_predictions(logits.clone(), labels.clone());
         let loss = tandem_train::loss(logits, labels);
         let value: f64 = burn::tensor::ElementConversion::elem(loss.clone().into_scalar());
         self.pending.insert(micro, Pending { module, input: trainable(input), output: Output::Loss(loss.mul_scalar(weight)) });
-        value
+        (value, correct)
     }
 
     /// Backward pass of micro-batch `micro`: `grad` is the gradient of the loss with respect to

@@ -39,6 +39,7 @@ fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllRe
     assert!(diff <= 1e-5, "{name}, {replicas} replicas, {all_reduce:?}: parameters differ by {diff:e} (relative)");
     assert!((got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs(), "{name}: loss {} vs {}", got.loss, expected.loss);
     assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once per epoch");
+    assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name}: test-then-train counts");
     assert_eq!(parallel.max_replica_difference(), 0.0, "{name}: replicas must hold identical parameters");
 }
 

@@ -50,6 +50,7 @@ fn every_schedule_and_cut_matches_sequential_for_every_architecture() {
                 assert!(diff <= 1e-5, "{name}, cuts {cuts:?}, {schedule:?}: parameters differ by {diff:e} (relative)");
                 assert!((got.loss - expected.loss).abs() <= 1e-5 * expected.loss, "{name} {schedule:?}: loss {} vs {}", got.loss, expected.loss);
                 assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once per epoch");
+                assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name} {schedule:?}: test-then-train counts");
             }
         }
     }

@@ -67,6 +67,9 @@ pub struct Group<'a> {
     /// Bytes over the whole run (absent for strategies that do not communicate).
     pub bytes: Option<Stat>,
     pub communication_share: Option<Stat>,
+    /// Test-then-train accuracy over the run (the prequential accuracy in stream mode); absent
+    /// in results older than the figure.
+    pub prequential: Option<Stat>,
 }
 
 impl Group<'_> {
@@ -163,6 +166,7 @@ fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
         macro_f1: metric(|m| m.macro_f1),
         bytes: Stat::of(&members.iter().filter_map(|r| r.bytes_total()).collect::<Vec<_>>()),
         communication_share: Stat::of(&members.iter().filter_map(|r| r.communication_share()).collect::<Vec<_>>()),
+        prequential: Stat::of(&summaries.iter().filter_map(|s| s.prequential_accuracy).collect::<Vec<_>>()),
         runs: members,
     }
 }

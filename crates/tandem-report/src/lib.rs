@@ -206,7 +206,7 @@ fn sync_table(doc: &mut Document, table: &SettingTable) {
         "Communication reduction and speedup are vanilla ÷ predictive (means over seeds); accuracy change is in points. The last column compares each predictor with the static predictor (no prediction: the skipped batches are simply not learned from) at the same number of sync steps: a predictor is useful only where it is positive.".into(),
     ));
     doc.push(Block::Table {
-        header: ["model", "strategy", "predictor", "trigger", "vs", "sync steps", "less communication", "speedup", "accuracy change (pts)", "vs static at equal syncs (pts)"]
+        header: ["model", "strategy", "predictor", "trigger", "vs", "sync steps", "less communication", "speedup", "accuracy change (pts)", "vs static at equal syncs (pts)", "prequential accuracy (%)"]
             .map(String::from)
             .to_vec(),
         rows: comparisons
@@ -227,8 +227,32 @@ fn sync_table(doc: &mut Document, table: &SettingTable) {
                         None if c.predictor == "static" => "(the control)".into(),
                         None => "no static run at this sync count".into(),
                     },
+                    c.prequential.map_or("—".into(), |p| format!("{:.1}", p * 100.0)),
                 ]
             })
             .collect(),
     });
+    let mut models: Vec<&str> = Vec::new();
+    for c in &comparisons {
+        if !models.contains(&c.model.as_str()) {
+            models.push(&c.model);
+        }
+    }
+    let verdicts: Vec<String> = models
+        .iter()
+        .map(|model| {
+            let met: Vec<&str> = comparisons.iter().filter(|c| c.model == *model && c.meets_target()).map(|c| c.strategy.as_str()).collect();
+            match met.is_empty() {
+                true => format!("{model}: not met"),
+                false => format!("{model}: met by {}", met.join(", ")),
+            }
+        })
+        .collect();
+    doc.push(Block::Paragraph(format!(
+        "Target (at least {}× less communication, at least {}× faster, at most {} points lost): {}. Prequential accuracy is test-then-train over the batches of synced steps (predicted steps run no forward pass).",
+        sync::TARGET_REDUCTION,
+        sync::TARGET_SPEEDUP,
+        sync::TARGET_POINTS_LOST,
+        verdicts.join("; ")
+    )));
 }

@@ -28,6 +28,8 @@ pub struct SyncComparison {
     pub speedup: f64,
     /// Accuracy points gained (negative: lost) against vanilla.
     pub accuracy_change: f64,
+    /// Test-then-train accuracy of the synced steps' batches (the only ones with a forward pass).
+    pub prequential: Option<f64>,
     /// The `static` group with the same mean number of sync steps, and the accuracy points this
     /// predictor gains over it.
     pub versus_static: Option<(String, f64)>,
@@ -73,8 +75,25 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 },
                 speedup: vanilla.train_seconds.mean / g.train_seconds.mean.max(1e-12),
                 accuracy_change: (g.accuracy.mean - vanilla.accuracy.mean) * 100.0,
+                prequential: g.prequential.map(|p| p.mean),
                 versus_static,
             })
         })
         .collect()
+}
+
+/// The target for predictive synchronisation: at least this much less communication…
+pub const TARGET_REDUCTION: f64 = 27.0;
+/// … at least this speedup over vanilla model parallelism …
+pub const TARGET_SPEEDUP: f64 = 5.0;
+/// … losing at most this many accuracy points.
+pub const TARGET_POINTS_LOST: f64 = 3.0;
+
+impl SyncComparison {
+    /// Whether this protocol meets the target (≥ 27× less communication, ≥ 5× faster, ≤ 3 points lost).
+    pub fn meets_target(&self) -> bool {
+        self.communication_reduction.is_some_and(|r| r >= TARGET_REDUCTION)
+            && self.speedup >= TARGET_SPEEDUP
+            && self.accuracy_change >= -TARGET_POINTS_LOST
+    }
 }

@@ -70,6 +70,9 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
         assert_eq!(stats.samples, data.len(), "every batch of the stream is consumed");
         assert_eq!(stats.extra["predict_seconds"].as_array().map(Vec::len), Some(2), "prediction time per stage");
     }
+    // Only synced steps run a forward pass, so only their samples are tested (test-then-train).
+    assert_eq!(fixed.tested, 48);
+    assert_eq!(full.tested, data.len());
     let synced_samples = 12.0 * 4.0;
     let ratio = fixed.extra["bytes_per_step"].as_f64().unwrap() / full.extra["bytes_per_step"].as_f64().unwrap();
     assert!((ratio - synced_samples / data.len() as f64).abs() < 1e-9, "bytes ratio {ratio}");

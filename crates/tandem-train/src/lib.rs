@@ -2,9 +2,10 @@
 //!
 //! The epoch loop ([`train`]) is the same for every strategy: it draws a fresh
 //! seeded shuffle each epoch, hands the global batches to a [`Strategy`], then
-//! evaluates the strategy's current model on the holdout set. A strategy decides
-//! only *how* a global batch turns into a parameter update (one device, replicas,
-//! stages…).
+//! evaluates the strategy's current model on the holdout set. In stream mode
+//! ([`StreamConfig`]) the order is drawn once and replayed on every pass, and the
+//! holdout set is evaluated every few batches. A strategy decides only *how* a
+//! global batch turns into a parameter update (one device, replicas, stages…).
 
 pub mod metrics;
 pub mod optim;
@@ -22,12 +23,13 @@ use tandem_models::Classifier;
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
-pub use step::{evaluate, gradients, loss, Evaluation};
+pub use step::{correct_predictions, evaluate, gradients, tested_gradients, Evaluation, loss};
 
 /// The `[train]` section of a manifest.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
+    /// Epochs; in stream mode, passes over the stream.
     pub epochs: usize,
     /// Global batch size (split across replicas by data-parallel strategies).
     pub batch_size: usize,
@@ -49,6 +51,19 @@ pub struct TrainConfig {
     /// How Adam / AdamW update the token-embedding table: every row (`dense`, exact Adam), or only
     /// the rows that received gradient in the step (`lazy`).
     pub embedding_update: EmbeddingUpdate,
+    /// Stream mode: the training rows arrive in one fixed order, pass after pass, and the
+    /// holdout set is evaluated at fixed points of the stream (`None`: epochs).
+    pub stream: Option<StreamConfig>,
+}
+
+/// Stream mode (`[train] stream = { eval_every = N }`): the training rows are one stream, in
+/// an order drawn once from the run's seed and replayed on every pass (`epochs` passes), so
+/// every strategy of a seed sees the same batches in the same order. The holdout set is
+/// evaluated every `eval_every` global batches of the stream and at the end of each pass.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    pub eval_every: usize,
 }
 
 impl Default for TrainConfig {
@@ -69,6 +84,7 @@ impl Default for TrainConfig {
             grad_clip_norm: Some(5.0),
             threads: 1,
             embedding_update: EmbeddingUpdate::Dense,
+            stream: None,
         }
     }
 }
@@ -92,6 +108,9 @@ impl TrainConfig {
         }
         if let Some(c) = self.grad_clip_norm.filter(|c| !(*c > 0.0)) {
             return Err(format!("`grad_clip_norm` must be positive, got {c}"));
+        }
+        if let Some(stream) = &self.stream {
+            positive("stream.eval_every", stream.eval_every)?;
         }
         Ok(())
     }
@@ -124,6 +143,11 @@ pub struct TrainStats {
     pub loss: f64,
     pub samples: usize,
     pub steps: usize,
+    /// Test-then-train: training samples whose forward pass ran before the update that trains
+    /// on them, and how many of them it classified correctly (a predicted step of predictive
+    /// sync runs no forward pass, so its samples are not tested).
+    pub tested: usize,
+    pub correct: usize,
     /// Strategy-specific figures (communication, bubbles…), recorded as-is in the results.
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
@@ -151,11 +175,15 @@ pub trait Strategy<B: AutodiffBackend> {
     fn model(&self) -> Classifier<B>;
 }
 
-/// One epoch's record, as written to `epochs.jsonl`.
+/// One evaluation point's record, as written to `epochs.jsonl`: the end of an epoch, or in
+/// stream mode a point of the stream (figures then cover the batches since the previous point).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct EpochRecord {
-    /// 1-based epoch number.
+    /// 1-based epoch number (stream mode: the pass).
     pub epoch: usize,
+    /// Stream mode: where in the stream this evaluation happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamPoint>,
     pub train_loss: f64,
     pub holdout_loss: f64,
     pub holdout: ClassificationMetrics,
@@ -165,7 +193,23 @@ pub struct EpochRecord {
     pub eval_seconds: f64,
     pub train_samples_per_second: f64,
     pub steps: usize,
+    /// Test-then-train accuracy on the training batches since the previous record, each
+    /// classified by the forward pass before its update ([`TrainStats::tested`]); `None` when
+    /// no sample was tested. In stream mode, the prequential accuracy.
+    #[serde(default)]
+    pub prequential_accuracy: Option<f64>,
+    #[serde(default)]
+    pub prequential_samples: usize,
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A point of the stream (stream mode).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct StreamPoint {
+    /// Global batches of the stream consumed so far, over all passes.
+    pub batches: usize,
+    /// Whether this point ends a pass.
+    pub pass_complete: bool,
 }
 
 /// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
@@ -185,35 +229,57 @@ pub fn train<B: AutodiffBackend>(
     let total_steps = steps_per_epoch * config.epochs;
     let mut records = Vec::with_capacity(config.epochs);
     for epoch in 0..config.epochs {
-        let order = tandem_data::epoch_order(train.len(), seed, epoch);
+        // A stream replays the order of pass 0.
+        let order = tandem_data::epoch_order(train.len(), seed, if config.stream.is_some() { 0 } else { epoch });
         let batches: Vec<Vec<usize>> = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
-        let first_step = epoch * steps_per_epoch;
-        let plan = EpochPlan { epoch, batches, data: train, first_step, total_steps, on_batch };
-
-        let started = Instant::now();
-        let stats = strategy.train_epoch(&plan)?;
-        let train_seconds = started.elapsed().as_secs_f64();
-        if !stats.loss.is_finite() {
-            return Err(TrainError::Diverged { epoch: epoch + 1, loss: stats.loss });
+        let segment = config.stream.as_ref().map_or(batches.len(), |s| s.eval_every).max(1);
+        let mut first_step = epoch * steps_per_epoch;
+        // Stream mode: evaluation points every `eval_every` batches of the stream, counted over
+        // all passes, and at the end of each pass.
+        let mut bounds = Vec::new();
+        let mut at = 0;
+        while at < batches.len() {
+            let next = (first_step + at) / segment * segment + segment - first_step;
+            bounds.push(at..next.min(batches.len()));
+            at = next.min(batches.len());
         }
+        if bounds.is_empty() {
+            bounds.push(0..0);
+        }
+        for range in bounds {
+            let plan = EpochPlan { epoch, batches: batches[range.clone()].to_vec(), data: train, first_step, total_steps, on_batch };
+            let started = Instant::now();
+            let stats = strategy.train_epoch(&plan)?;
+            let train_seconds = started.elapsed().as_secs_f64();
+            if !stats.loss.is_finite() {
+                return Err(TrainError::Diverged { epoch: epoch + 1, loss: stats.loss });
+            }
 
-        let started = Instant::now();
-        let model = burn::module::AutodiffModule::valid(&strategy.model());
-        let eval = evaluate::<B::InnerBackend>(&model, holdout, config.eval_batch_size, eval_device);
-        let record = EpochRecord {
-            epoch: epoch + 1,
-            train_loss: stats.loss,
-            holdout_loss: eval.loss,
-            holdout: eval.metrics,
-            learning_rate: optim::learning_rate(config, first_step + stats.steps.saturating_sub(1), total_steps),
-            train_seconds,
-            eval_seconds: started.elapsed().as_secs_f64(),
-            train_samples_per_second: stats.samples as f64 / train_seconds.max(1e-9),
-            steps: stats.steps,
-            extra: stats.extra,
-        };
-        on_epoch(&record).map_err(TrainError::Stopped)?;
-        records.push(record);
+            let started = Instant::now();
+            let model = burn::module::AutodiffModule::valid(&strategy.model());
+            let eval = evaluate::<B::InnerBackend>(&model, holdout, config.eval_batch_size, eval_device);
+            let record = EpochRecord {
+                epoch: epoch + 1,
+                stream: config.stream.as_ref().map(|_| StreamPoint {
+                    batches: first_step + stats.steps,
+                    pass_complete: range.end == batches.len(),
+                }),
+                train_loss: stats.loss,
+                holdout_loss: eval.loss,
+                holdout: eval.metrics,
+                learning_rate: optim::learning_rate(config, first_step + stats.steps.saturating_sub(1), total_steps),
+                train_seconds,
+                eval_seconds: started.elapsed().as_secs_f64(),
+                train_samples_per_second: stats.samples as f64 / train_seconds.max(1e-9),
+                steps: stats.steps,
+                prequential_accuracy: (stats.tested > 0).then(|| stats.correct as f64 / stats.tested as f64),
+                prequential_samples: stats.tested,
+                extra: stats.extra,
+            };
+            on_epoch(&record).map_err(TrainError::Stopped)?;
+            records.push(record);
+            first_step += range.len();
+        }
     }
     Ok(records)
 }

@@ -4,7 +4,7 @@ use burn::tensor::backend::AutodiffBackend;
 use tandem_models::Classifier;
 
 use crate::optim::AnyOptimizer;
-use crate::{gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
+use crate::{tested_gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
 /// Trains one model on one device, one global batch per optimizer step.
 pub struct Sequential<B: AutodiffBackend> {
@@ -34,17 +34,18 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
     fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError> {
         let mut model = self.model.take().expect("the model is always put back after a step");
         let mut loss_sum = 0.0;
-        let mut samples = 0;
+        let (mut samples, mut correct) = (0, 0);
         for (i, indices) in plan.batches.iter().enumerate() {
             let batch = plan.data.batch::<B>(indices, &self.device);
-            let (loss, grads) = gradients(&model, batch);
+            let (loss, right, grads) = tested_gradients(&model, batch);
+            correct += right;
             model = self.optimizer.update(&self.config, model, grads, plan.first_step + i, plan.total_steps);
             loss_sum += loss * indices.len() as f64;
             samples += indices.len();
             (plan.on_batch)(indices.len());
         }
         self.model = Some(model);
-        Ok(TrainStats { loss: loss_sum / samples.max(1) as f64, samples, steps: plan.batches.len(), extra: Default::default() })
+        Ok(TrainStats { loss: loss_sum / samples.max(1) as f64, samples, steps: plan.batches.len(), tested: samples, correct, extra: Default::default() })
     }
 
     fn model(&self) -> Classifier<B> {

@@ -16,11 +16,25 @@ pub fn loss<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tens
 
 /// Forward + backward on one batch: the mean loss and the gradients of `model`'s parameters.
 pub fn gradients<B: AutodiffBackend>(model: &Classifier<B>, batch: Batch<B>) -> (f64, GradientsParams) {
+    let (value, _, grads) = tested_gradients(model, batch);
+    (value, grads)
+}
+
+/// [`gradients`], plus how many samples of the batch the forward pass classified correctly
+/// (test-then-train: the model is the one before the batch's update).
+pub fn tested_gradients<B: AutodiffBackend>(model: &Classifier<B>, batch: Batch<B>) -> (f64, usize, GradientsParams) {
     let logits = model.forward(batch.tokens, &batch.mask_pad);
+    let correct = correct_predictions(logits.clone(), batch.labels.clone());
     let loss = loss(logits, batch.labels);
     let value = loss.clone().into_scalar().elem::<f64>();
     let grads = GradientsParams::from_grads(loss.backward(), model);
-    (value, grads)
+    (value, correct, grads)
+}
+
+/// How many rows of `logits` have their largest value at their label.
+pub fn correct_predictions<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> usize {
+    let predicted = logits.argmax(1).squeeze_dim::<1>(1);
+    predicted.equal(labels).int().sum().into_scalar().elem::<i64>() as usize
 }
 
 /// Holdout loss and metrics.

@@ -6,7 +6,7 @@ use burn::tensor::Tolerance;
 use tandem_models::{Classifier, InputSpec, ModelConfig, RecurrentConfig};
 use tandem_train::testing::{small_models, toy_data, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
-use tandem_train::{gradients, train, EpochRecord, Sequential, TrainConfig};
+use tandem_train::{correct_predictions, gradients, train, EpochPlan, EpochRecord, Sequential, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats};
 
 /// The backends' seeded RNG is process-global: tests that seed it must not interleave.
 static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -146,4 +146,80 @@ fn lazy_embedding_updates_touch_only_the_rows_in_the_batch() {
         }
         assert!(lazy[2 * DIM..10 * DIM].iter().zip(&start[2 * DIM..10 * DIM]).any(|(l, s)| l != s), "touched rows moved");
     }
+}
+
+/// Sequential training that records the batches it is handed.
+struct Recording<B: AutodiffBackend> {
+    inner: Sequential<B>,
+    batches: Vec<Vec<usize>>,
+}
+
+impl<B: AutodiffBackend> Strategy<B> for Recording<B> {
+    fn name(&self) -> &str {
+        "recording"
+    }
+    fn devices(&self) -> Vec<String> {
+        self.inner.devices()
+    }
+    fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError> {
+        self.batches.extend(plan.batches.iter().cloned());
+        self.inner.train_epoch(plan)
+    }
+    fn model(&self) -> Classifier<B> {
+        self.inner.model()
+    }
+}
+
+fn recorded_run(stream: Option<StreamConfig>) -> (Vec<EpochRecord>, Vec<Vec<usize>>, Classifier<Autodiff<NdArray>>) {
+    type Nd = Autodiff<NdArray>;
+    let (train_data, holdout, vocab_size) = toy_data();
+    let cfg = TrainConfig { stream, ..config(2) };
+    let device = Default::default();
+    tandem_train::seed_backend::<Nd>(&device, 5);
+    let initial = small_models()[0].init::<Nd>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device);
+    let mut strategy = Recording { inner: Sequential::new(initial.clone(), &cfg, device), batches: Vec::new() };
+    let records = train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, &|_| {}, &mut |_| Ok(())).unwrap();
+    (records, strategy.batches, initial)
+}
+
+#[test]
+fn a_stream_replays_one_order_and_is_evaluated_at_fixed_points() {
+    let _serial = serial();
+    // 160 samples in batches of 16: 10 batches a pass, 2 passes, a holdout evaluation every 4
+    // batches of the stream and at the end of each pass.
+    let (records, batches, _) = recorded_run(Some(StreamConfig { eval_every: 4 }));
+    let points: Vec<(usize, usize, bool, usize)> = records
+        .iter()
+        .map(|r| (r.epoch, r.stream.as_ref().unwrap().batches, r.stream.as_ref().unwrap().pass_complete, r.steps))
+        .collect();
+    assert_eq!(
+        points,
+        [(1, 4, false, 4), (1, 8, false, 4), (1, 10, true, 2), (2, 12, false, 2), (2, 16, false, 4), (2, 20, true, 4)]
+    );
+    assert_eq!(batches.len(), 20);
+    assert_eq!(batches[..10], batches[10..], "every pass replays the same stream");
+    for r in &records {
+        assert_eq!(r.prequential_samples, r.steps * 16, "every sample is tested before it is trained on");
+        assert_eq!(r.holdout.confusion.total(), 40, "every holdout sample evaluated at every point");
+    }
+    // Epochs reshuffle, and have one record each.
+    let (records, batches, _) = recorded_run(None);
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r.stream.is_none()));
+    assert_ne!(batches[..10], batches[10..]);
+    assert!(TrainConfig { stream: Some(StreamConfig { eval_every: 0 }), ..config(1) }.validate().unwrap_err().contains("stream.eval_every"));
+}
+
+#[test]
+fn prequential_accuracy_tests_each_batch_before_training_on_it() {
+    let _serial = serial();
+    let (records, batches, initial) = recorded_run(Some(StreamConfig { eval_every: 1 }));
+    let (train_data, _, _) = toy_data();
+    // The first batch is classified by the initial model, before its update.
+    let batch = train_data.batch::<Autodiff<NdArray>>(&batches[0], &Default::default());
+    let correct = correct_predictions(initial.forward(batch.tokens, &batch.mask_pad), batch.labels);
+    assert_eq!(records[0].prequential_accuracy, Some(correct as f64 / 16.0));
+    // The toy task is learnt: the second pass is classified far better than the first batches.
+    let mean = |r: &[EpochRecord]| r.iter().map(|r| r.prequential_accuracy.unwrap()).sum::<f64>() / r.len() as f64;
+    assert!(mean(&records[10..]) > mean(&records[..2]) + 0.2, "{} vs {}", mean(&records[10..]), mean(&records[..2]));
 }
