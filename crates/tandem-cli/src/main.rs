@@ -74,6 +74,8 @@ enum DataCommand {
 fn main() -> ExitCode {
     match dispatch(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
+        // Already reported (by every rank of a job that failed everywhere).
+        Err(message) if message.is_empty() => ExitCode::FAILURE,
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
@@ -105,7 +107,15 @@ fn dispatch(command: Command) -> Result<(), String> {
                 (Ok(_), _) => Ok(()),
                 // A failure on this rank alone would leave the others waiting: end the job.
                 (Err(e), Some(ranks)) if !e.is_on_every_rank() => ranks.abort(&e.to_string()),
-                (Err(e), Some(ranks)) => Err(format!("rank {}: {e}", ranks.rank())),
+                // Every rank failed alike: each reports it, then waits for the others, since the
+                // first rank to exit with an error makes mpirun kill the rest.
+                (Err(e), Some(ranks)) => {
+                    // One write, so that the ranks' lines do not interleave.
+                    let line = format!("error: rank {}: {e}\n", ranks.rank());
+                    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                    let _ = ranks.check_same("end of the job", 0);
+                    Err(String::new())
+                }
                 (Err(e), None) => Err(e.to_string()),
             }
         }

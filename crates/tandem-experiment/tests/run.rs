@@ -36,3 +36,30 @@ fn a_manifest_for_several_ranks_refuses_to_run_in_one_process() {
     assert!(err.contains("tiny.toml") && err.contains("[cluster] ranks = 2") && err.contains("mpirun -np 2"), "{err}");
     assert!(!empty.path().join("results").exists(), "nothing written");
 }
+
+#[test]
+fn a_stream_run_records_its_evaluation_points_and_prequential_accuracy() {
+    let Some(data) = data_dir() else { return };
+    let out = tempfile::tempdir().unwrap();
+    // 200 rows in batches of 32: 7 batches a pass, 2 passes, holdout every 3 batches and at each
+    // pass end: after batches 3, 6, 7, 9, 12, 14.
+    let text = manifest(&data, "ndarray", &["cpu"]).replace("batch_size = 32", "batch_size = 32\nstream = { eval_every = 3 }");
+    let m = Manifest::parse(&text, Path::new("tiny.toml")).unwrap();
+    let options = RunOptions { out: out.path().to_path_buf(), progress: false, ..Default::default() };
+    let summaries = run(&m, &options).unwrap();
+    assert_eq!(summaries.len(), 6);
+    for s in &summaries {
+        let dir = out.path().join("tiny").join(&s.run_id);
+        let records: Vec<tandem_train::EpochRecord> = std::fs::read_to_string(dir.join("epochs.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let points: Vec<usize> = records.iter().map(|r| r.stream.as_ref().unwrap().batches).collect();
+        assert_eq!(points, [3, 6, 7, 9, 12, 14], "{}", s.run_id);
+        assert_eq!(s.epochs_completed, 2, "{}: two passes", s.run_id);
+        assert_eq!(s.prequential_samples, 400, "{}: every sample of both passes tested once", s.run_id);
+        assert!(s.prequential_accuracy.is_some_and(|a| (0.0..=1.0).contains(&a)), "{}", s.run_id);
+        assert!(s.data.contains("as a stream (2 passes in one fixed order, holdout every 3 batches)"), "{}", s.data);
+    }
+}

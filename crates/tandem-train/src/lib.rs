@@ -13,6 +13,7 @@ mod sequential;
 mod step;
 pub mod testing;
 
+use std::ops::Range;
 use std::time::Instant;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -232,21 +233,10 @@ pub fn train<B: AutodiffBackend>(
         // A stream replays the order of pass 0.
         let order = tandem_data::epoch_order(train.len(), seed, if config.stream.is_some() { 0 } else { epoch });
         let batches: Vec<Vec<usize>> = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
-        let segment = config.stream.as_ref().map_or(batches.len(), |s| s.eval_every).max(1);
-        let mut first_step = epoch * steps_per_epoch;
-        // Stream mode: evaluation points every `eval_every` batches of the stream, counted over
-        // all passes, and at the end of each pass.
-        let mut bounds = Vec::new();
-        let mut at = 0;
-        while at < batches.len() {
-            let next = (first_step + at) / segment * segment + segment - first_step;
-            bounds.push(at..next.min(batches.len()));
-            at = next.min(batches.len());
-        }
-        if bounds.is_empty() {
-            bounds.push(0..0);
-        }
-        for range in bounds {
+        let pass_start = epoch * steps_per_epoch;
+        let every = config.stream.as_ref().map_or(batches.len(), |s| s.eval_every);
+        for range in evaluation_ranges(pass_start, batches.len(), every) {
+            let first_step = pass_start + range.start;
             let plan = EpochPlan { epoch, batches: batches[range.clone()].to_vec(), data: train, first_step, total_steps, on_batch };
             let started = Instant::now();
             let stats = strategy.train_epoch(&plan)?;
@@ -278,10 +268,27 @@ pub fn train<B: AutodiffBackend>(
             };
             on_epoch(&record).map_err(TrainError::Stopped)?;
             records.push(record);
-            first_step += range.len();
         }
     }
     Ok(records)
+}
+
+/// The batches of a pass (`len` of them, starting at step `start` of the run) between
+/// evaluation points: every `every` steps of the run, counted from its first step, and the end
+/// of the pass.
+fn evaluation_ranges(start: usize, len: usize, every: usize) -> Vec<Range<usize>> {
+    let every = every.max(1);
+    let mut ranges = Vec::new();
+    let mut at = 0;
+    while at < len {
+        let end = (((start + at) / every + 1) * every - start).min(len);
+        ranges.push(at..end);
+        at = end;
+    }
+    if ranges.is_empty() {
+        ranges.push(0..0);
+    }
+    ranges
 }
 
 /// Seeds the backend's random number generator on `device` (parameter init, dropout).
