@@ -232,14 +232,10 @@ fn sync_table(doc: &mut Document, table: &SettingTable) {
             })
             .collect(),
     });
-    let mut models: Vec<&str> = Vec::new();
-    for c in &comparisons {
-        if !models.contains(&c.model.as_str()) {
-            models.push(&c.model);
-        }
-    }
-    let verdicts: Vec<String> = models
-        .iter()
+    let verdicts: Vec<String> = table
+        .models()
+        .into_iter()
+        .filter(|model| comparisons.iter().any(|c| c.model == *model))
         .map(|model| {
             let met: Vec<&str> = comparisons.iter().filter(|c| c.model == *model && c.meets_target()).map(|c| c.strategy.as_str()).collect();
             match met.is_empty() {
