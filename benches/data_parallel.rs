@@ -19,6 +19,7 @@ use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
 use tandem_train::TrainStats;
 
 fn main() {
+    tandem_train::keep_freed_memory();
     let (steps, archs) = settings();
     let data = data();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

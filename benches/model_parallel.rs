@@ -19,6 +19,7 @@ use tandem_parallel::{Interconnect, ModelParallel, ModelParallelConfig, Preset, 
 use tandem_train::TrainStats;
 
 fn main() {
+    tandem_train::keep_freed_memory();
     let (steps, archs) = settings();
     let micro: usize = std::env::var("TANDEM_BENCH_MICRO").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
     let data = data();

@@ -120,44 +120,67 @@ fn main() {
     }
     backends.retain(|(name, _, _)| wanted(name));
 
+    // Phase 1, with the allocator as the process starts: stock Burn, the baseline. Phase 2, after
+    // `keep_freed_memory`: stock again, then Tandem's modules.
+    let mut cells: Vec<(Architecture, usize, usize)> = Vec::new(); // (architecture, backend, thread column)
+    for &arch in &archs {
+        for (b, (_, cpu, _)) in backends.iter().enumerate() {
+            cells.extend((0..threads.len()).filter(|&column| *cpu || column == 0).map(|column| (arch, b, column)));
+        }
+    }
+    let on = |(arch, b, column): (Architecture, usize, usize), config: &ModelConfig, update: EmbeddingUpdate| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads[column]).build().expect("thread pool");
+        eprintln!("measuring {} on {} ({} threads)…", arch.name(), backends[b].0, threads[column]);
+        pool.install(|| (backends[b].2)(config, update, budget))
+    };
+    let stock = |arch: Architecture| reference_model(arch).with_fused(false);
+    let baseline: Vec<Measured> = cells.iter().map(|&cell| on(cell, &stock(cell.0), EmbeddingUpdate::Dense)).collect();
+    tandem_train::keep_freed_memory();
+    let tuned: Vec<[Measured; 3]> = cells
+        .iter()
+        .map(|&cell| {
+            let tandem = reference_model(cell.0);
+            [
+                on(cell, &stock(cell.0), EmbeddingUpdate::Dense),
+                on(cell, &tandem, EmbeddingUpdate::Dense),
+                on(cell, &tandem, EmbeddingUpdate::Lazy),
+            ]
+        })
+        .collect();
+
     println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
-    println!("stock: Burn's own Conv1d / LSTM / GRU forward and dense AdamW; fused: Tandem's fused forward (same");
-    println!("parameters); lazy embedding: AdamW only on the embedding rows of the batch. Ratios are to stock;");
-    println!("in brackets (CPU backends): the share of the step spent in AdamW (the rest is forward + backward)\n");
+    println!("stock: Burn's own Conv1d / LSTM / GRU forward and dense AdamW, with the allocator as the process");
+    println!("starts; kept memory: the same after `tandem_train::keep_freed_memory`; Tandem: its fused modules");
+    println!("(same parameters; the recurrent time loop as one autodiff node), with kept memory; lazy embedding:");
+    println!("AdamW only on the embedding rows of the batch. Ratios are to stock; in brackets (CPU backends):");
+    println!("the share of the step spent in AdamW (the rest is forward + backward)\n");
     print!("| architecture | backend |");
     for t in &threads {
         let s = if *t == 1 { "" } else { "s" };
-        print!(" stock, {t} thread{s} | fused | ratio | fused + lazy embedding | ratio |");
+        print!(" stock, {t} thread{s} | kept memory | ratio | Tandem | ratio | Tandem + lazy embedding | ratio |");
     }
     println!();
-    println!("|---|---|{}", "---:|---:|---:|---:|---:|".repeat(threads.len()));
+    println!("|---|---|{}", "---:|".repeat(7 * threads.len()));
+    let mut at = 0;
     for arch in &archs {
-        let tandem = reference_model(*arch);
-        let stock = tandem.with_fused(false);
-        for (name, cpu, measure) in &backends {
+        for (b, (name, cpu, _)) in backends.iter().enumerate() {
             print!("| {} | {name} |", arch.name());
-            for (column, &t) in threads.iter().enumerate() {
+            for column in 0..threads.len() {
                 if !cpu && column > 0 {
-                    print!("{}", " — |".repeat(5));
+                    print!("{}", " — |".repeat(7));
                     continue;
                 }
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("thread pool");
-                let stock_run = pool.install(|| measure(&stock, EmbeddingUpdate::Dense, budget));
-                let fused_run = if stock == tandem { None } else { Some(pool.install(|| measure(&tandem, EmbeddingUpdate::Dense, budget))) };
-                let fused_run = fused_run.as_ref().unwrap_or(&stock_run);
-                let lazy_run = pool.install(|| measure(&tandem, EmbeddingUpdate::Lazy, budget));
+                debug_assert_eq!(cells[at], (*arch, b, column));
                 let share = |run: &Measured| if *cpu { format!(" ({:.0} %)", 100.0 * run.optimizer_share) } else { String::new() };
-                let s = stock_run.samples_per_second;
-                print!(" {s:.0}{} |", share(&stock_run));
-                for run in [fused_run, &lazy_run] {
+                let s = baseline[at].samples_per_second;
+                print!(" {s:.0}{} |", share(&baseline[at]));
+                for run in &tuned[at] {
                     let r = run.samples_per_second;
                     print!(" {r:.0}{} | {:.2}× |", share(run), r / s);
                 }
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
+                at += 1;
             }
             println!();
         }
     }
 }
-

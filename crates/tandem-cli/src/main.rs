@@ -72,6 +72,7 @@ enum DataCommand {
 }
 
 fn main() -> ExitCode {
+    tandem_train::keep_freed_memory();
     match dispatch(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
         // Already reported (by every rank of a job that failed everywhere).

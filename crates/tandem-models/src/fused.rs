@@ -2,12 +2,12 @@
 //! fewer and larger tensor operations.
 //!
 //! Stock Burn runs an LSTM step as 8 small matmuls and 8 bias additions (one each per gate, for
-//! the input and the hidden state) and writes each step's output into the sequence with a
-//! `slice_assign`, whose backward copies the whole sequence again at every step. Here:
-//! - each step concatenates `[x, h]` and makes one matmul per group of gates that share an
-//!   activation (LSTM: the three sigmoid gates, the candidate; GRU: update + reset, and the
-//!   candidate's input and hidden parts, which the reset gate keeps apart);
-//! - outputs are kept in a list and stacked once at the end;
+//! the input and the hidden state), records each of them for autodiff, and writes each step's
+//! output into the sequence with a `slice_assign`, whose backward copies the whole sequence again
+//! at every step. Here:
+//! - the input projection of every time step is one matmul, and the time loop (one matmul of `h`
+//!   by all gates' hidden weights per step) is one autodiff operation with a hand-written
+//!   backward pass ([`crate::recurrence`]);
 //! - the CNN's convolutions of every width are one im2col matmul: windows of the widest kernel,
 //!   narrower kernels zero-padded to that width, −∞ where a kernel would run past the end.
 //!
@@ -21,9 +21,11 @@ use burn::nn::conv::Conv1d;
 use burn::nn::gru::{BiGru, Gru};
 use burn::nn::lstm::{BiLstm, Lstm};
 use burn::nn::{GateController, Linear};
-use burn::tensor::activation::{relu, sigmoid};
+use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
+
+use crate::recurrence::{recurrence, Cell};
 
 /// A stock layer's parameters laid side by side: `[d_in, gates × hidden]` input weights,
 /// `[hidden, gates × hidden]` hidden weights, and the two biases.
@@ -57,93 +59,26 @@ impl<B: Backend> GateWeights<B> {
     }
 }
 
-/// The time steps of `x` (`[batch, seq, d_in]`), each `[batch, d_in]`.
-///
-/// Burn's backward of a slice writes into a zeroed tensor the size of the *whole* input, so
-/// slicing `seq` steps straight out of `x` would cost `seq` full-size tensors in the backward pass
-/// (quadratic in the sequence length). Slicing in two levels, blocks of about √seq steps and then
-/// steps out of each block, costs about 2√seq.
-fn time_steps<B: Backend>(x: Tensor<B, 3>) -> Vec<Tensor<B, 2>> {
-    let seq = x.dims()[1];
-    let block = (seq as f64).sqrt().ceil() as usize;
-    let x = x.swap_dims(0, 1); // [seq, batch, d_in]
-    (0..seq)
-        .step_by(block)
-        .flat_map(|start| {
-            let len = block.min(seq - start);
-            let block = x.clone().narrow(0, start, len);
-            (0..len).map(move |t| block.clone().narrow(0, t, 1).squeeze_dim(0))
-        })
-        .collect()
-}
-
-/// Runs `step` over the time steps of `x` (backwards when `reverse`); returns the hidden states
-/// batch-first, `[batch, seq, hidden]`.
-fn scan<B: Backend, S>(x: Tensor<B, 3>, reverse: bool, mut state: S, step: impl Fn(Tensor<B, 2>, S) -> (Tensor<B, 2>, S)) -> Tensor<B, 3> {
-    let mut steps: Vec<(usize, Tensor<B, 2>)> = time_steps(x).into_iter().enumerate().collect();
-    if reverse {
-        steps.reverse();
-    }
-    let mut outputs = vec![None; steps.len()];
-    for (t, input) in steps {
-        let (hidden, next) = step(input, state);
-        outputs[t] = Some(hidden);
-        state = next;
-    }
-    let outputs: Vec<Tensor<B, 2>> = outputs.into_iter().map(|h| h.expect("every step ran")).collect();
-    Tensor::stack::<3>(outputs, 0).swap_dims(0, 1)
+/// `[batch, seq, d_in]` → `[batch, seq, hidden]`: the input projection of every step in one
+/// matmul, then the time loop as one autodiff operation ([`recurrence`]).
+fn run<B: Backend>(cell: Cell, w: GateWeights<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
+    let [batch, seq, d_in] = x.dims();
+    let width = w.input.dims()[1];
+    let projected = (x.reshape([batch * seq, d_in]).matmul(w.input) + w.input_bias.unsqueeze()).reshape([batch, seq, width]);
+    recurrence(cell, projected, w.hidden, w.hidden_bias, reverse)
 }
 
 /// `[batch, seq, d_in]` → `[batch, seq, hidden]` through `lstm`'s parameters.
 pub fn lstm<B: Backend>(lstm: &Lstm<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
     let w = GateWeights::concat(&[&lstm.input_gate, &lstm.forget_gate, &lstm.output_gate, &lstm.cell_gate]);
-    let [batch, _, _] = x.dims();
-    let hidden = lstm.d_hidden;
-    // One weight for [x, h] of every gate; the sigmoid gates (i, f, o) and the tanh candidate are
-    // kept apart so that no step has to split one matmul's output (a slice costs a zeroed copy of
-    // its whole source in the backward pass).
-    let weight = Tensor::cat(vec![w.input, w.hidden], 0);
-    let bias = (w.input_bias + w.hidden_bias).unsqueeze::<2>();
-    let sigmoid_weight = weight.clone().narrow(1, 0, 3 * hidden);
-    let sigmoid_bias = bias.clone().narrow(1, 0, 3 * hidden);
-    let candidate_weight = weight.narrow(1, 3 * hidden, hidden);
-    let candidate_bias = bias.narrow(1, 3 * hidden, hidden);
-    let zeros = Tensor::<B, 2>::zeros([batch, hidden], &x.device());
-    scan(x, reverse, (zeros.clone(), zeros), |x, (h, c): (Tensor<B, 2>, Tensor<B, 2>)| {
-        let xh = Tensor::cat(vec![x, h], 1);
-        let ifo = sigmoid(xh.clone().matmul(sigmoid_weight.clone()) + sigmoid_bias.clone());
-        let candidate = (xh.matmul(candidate_weight.clone()) + candidate_bias.clone()).tanh();
-        let [i, f, o] = <[Tensor<B, 2>; 3]>::try_from(ifo.chunk(3, 1)).ok().expect("three gates");
-        let c = f * c + i * candidate;
-        let h = o * c.clone().tanh();
-        (h.clone(), (h, c))
-    })
+    run(Cell::Lstm, w, x, reverse)
 }
 
 /// `[batch, seq, d_in]` → `[batch, seq, hidden]` through `gru`'s parameters.
 pub fn gru<B: Backend>(gru: &Gru<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
     debug_assert!(gru.reset_after, "the fused GRU applies the reset gate after the hidden matmul");
     let w = GateWeights::concat(&[&gru.update_gate, &gru.reset_gate, &gru.new_gate]);
-    let [batch, _, _] = x.dims();
-    let hidden = gru.d_hidden;
-    // Update and reset gates: one weight for [x, h] and both biases. The candidate keeps its input
-    // and hidden parts apart, as the reset gate scales only the hidden part.
-    let gate_weight = Tensor::cat(vec![w.input.clone().narrow(1, 0, 2 * hidden), w.hidden.clone().narrow(1, 0, 2 * hidden)], 0);
-    let gate_bias = (w.input_bias.clone().narrow(0, 0, 2 * hidden) + w.hidden_bias.clone().narrow(0, 0, 2 * hidden)).unsqueeze::<2>();
-    let input_weight = w.input.narrow(1, 2 * hidden, hidden);
-    let input_bias = w.input_bias.narrow(0, 2 * hidden, hidden).unsqueeze::<2>();
-    let hidden_weight = w.hidden.narrow(1, 2 * hidden, hidden);
-    let hidden_bias = w.hidden_bias.narrow(0, 2 * hidden, hidden).unsqueeze::<2>();
-    let zeros = Tensor::<B, 2>::zeros([batch, hidden], &x.device());
-    scan(x, reverse, zeros, |x, h: Tensor<B, 2>| {
-        let zr = sigmoid(Tensor::cat(vec![x.clone(), h.clone()], 1).matmul(gate_weight.clone()) + gate_bias.clone());
-        let [z, r] = <[Tensor<B, 2>; 2]>::try_from(zr.chunk(2, 1)).ok().expect("two gates");
-        let recurrent = h.clone().matmul(hidden_weight.clone()) + hidden_bias.clone();
-        let n = (x.matmul(input_weight.clone()) + input_bias.clone() + r * recurrent).tanh();
-        // (1 − z) · n + z · h, with one multiplication.
-        let h = n.clone() + z * (h - n);
-        (h.clone(), h)
-    })
+    run(Cell::Gru, w, x, reverse)
 }
 
 /// Both directions of `bi`, concatenated on the feature axis as Burn's `BiLstm` does.

@@ -10,6 +10,7 @@ mod blocks;
 mod classifier;
 mod config;
 pub mod fused;
+pub mod recurrence;
 
 pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
 pub use classifier::{Classifier, CutError};

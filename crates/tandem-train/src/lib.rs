@@ -7,6 +7,7 @@
 //! holdout set is evaluated every few batches. A strategy decides only *how* a
 //! global batch turns into a parameter update (one device, replicas, stages…).
 
+mod memory;
 pub mod metrics;
 pub mod optim;
 mod sequential;
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tandem_data::Encoded;
 use tandem_models::Classifier;
 
+pub use memory::keep_freed_memory;
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;

@@ -1,0 +1,346 @@
+//! The time loop of an LSTM or GRU layer as **one autodiff operation** with a hand-written
+//! backward pass (back-propagation through time), as cuDNN and PyTorch run it.
+//!
+//! Burn's autodiff records every small tensor operation of every time step (about 17 per LSTM
+//! step) and replays each in the backward pass; on a CPU that bookkeeping, not the arithmetic,
+//! dominates a recurrent layer. Here the forward loop runs on the *inner* backend, untracked,
+//! keeps the gate values each step needs for its backward, and registers one node whose backward
+//! computes the gradients of the whole sequence: per step only the gate derivatives and one
+//! matmul by the transposed hidden weight; the weight and bias gradients of all steps come from
+//! one matmul and one sum at the end.
+//!
+//! The input projection `x · W_x + b_x` of every time step is *not* part of it: callers compute it
+//! with ordinary (tracked) tensor operations as one large matmul, and this operation takes it as its
+//! input `projected`.
+//!
+//! Burn 0.21 has no stable way to give a generic `B: Backend` a custom autodiff op without making
+//! every model carry an extra trait bound, so [`recurrence`] checks at run time whether `B` is
+//! `Autodiff<I>` for one of the inner backends compiled into this crate (ndarray, Flex, and wgpu /
+//! CUDA with the features of those names) and takes the fast path there. On any other backend it
+//! runs the same loop with ordinary tensor operations: on a plain backend (inference) that is
+//! exactly what is wanted, on another autodiff backend it is correct, only slower.
+
+use std::any::Any;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::Autodiff;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorPrimitive};
+
+/// The recurrent cell, with its gate layout along the last axis of `projected`, `weight` and `bias`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cell {
+    /// Gates `[input, forget, output, candidate]`: `c' = f·c + i·g`, `h' = o·tanh(c')`.
+    Lstm,
+    /// Gates `[update, reset, new]`, reset applied after the hidden matmul (Burn's `reset_after`):
+    /// `n = tanh(x_n + r·(h·W_n + b_n))`, `h' = (1 − z)·n + z·h`.
+    Gru,
+}
+
+impl Cell {
+    /// Gates per hidden unit.
+    pub fn gates(self) -> usize {
+        match self {
+            Cell::Lstm => 4,
+            Cell::Gru => 3,
+        }
+    }
+}
+
+/// Runs `cell` over `projected` (`[batch, seq, gates × hidden]`: the input projection
+/// `x · W_x + b_x` of every step), with hidden weight `weight` (`[hidden, gates × hidden]`) and
+/// hidden bias `bias` (`[gates × hidden]`), from zero initial states; backwards in time when
+/// `reverse`. Returns the hidden state of every step, `[batch, seq, hidden]`.
+pub fn recurrence<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Tensor<B, 1>, reverse: bool) -> Tensor<B, 3> {
+    let inputs = Inputs { projected, weight, bias };
+    let inputs = match on_autodiff::<B, burn::backend::NdArray>(cell, inputs, reverse) {
+        Ok(hidden) => return hidden,
+        Err(inputs) => inputs,
+    };
+    let inputs = match on_autodiff::<B, burn::backend::Flex>(cell, inputs, reverse) {
+        Ok(hidden) => return hidden,
+        Err(inputs) => inputs,
+    };
+    #[cfg(feature = "wgpu")]
+    let inputs = match on_autodiff::<B, burn::backend::Wgpu>(cell, inputs, reverse) {
+        Ok(hidden) => return hidden,
+        Err(inputs) => inputs,
+    };
+    #[cfg(feature = "cuda")]
+    let inputs = match on_autodiff::<B, burn::backend::Cuda>(cell, inputs, reverse) {
+        Ok(hidden) => return hidden,
+        Err(inputs) => inputs,
+    };
+    forward(cell, inputs, reverse, false).0
+}
+
+/// The three inputs of the operation.
+#[derive(Clone, Debug)]
+struct Inputs<B: Backend> {
+    projected: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+}
+
+/// `value` as a `T`, when `A` and `T` are the same type; `value` back otherwise.
+fn same_type<A: 'static, T: 'static>(value: A) -> Result<T, A> {
+    let mut slot = Some(value);
+    match (&mut slot as &mut dyn Any).downcast_mut::<Option<T>>() {
+        Some(cast) => Ok(cast.take().expect("the slot was filled above")),
+        None => Err(slot.expect("the slot is untouched when the types differ")),
+    }
+}
+
+/// The fast path, taken when `B` is `Autodiff<I>`.
+fn on_autodiff<B: Backend, I: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Result<Tensor<B, 3>, Inputs<B>> {
+    let inputs: Inputs<Autodiff<I>> = same_type(inputs)?;
+    let hidden = tracked(cell, inputs, reverse);
+    Ok(same_type(hidden).unwrap_or_else(|_| unreachable!("B is Autodiff<I>")))
+}
+
+/// Runs the loop on `I` and registers one autodiff node for it.
+fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool) -> Tensor<Autodiff<I>, 3> {
+    let [projected, weight, bias] = [
+        inputs.projected.into_primitive().tensor(),
+        inputs.weight.into_primitive().tensor(),
+        inputs.bias.into_primitive().tensor(),
+    ];
+    let inner = Inputs::<I> {
+        projected: Tensor::from_primitive(TensorPrimitive::Float(projected.primitive)),
+        weight: Tensor::from_primitive(TensorPrimitive::Float(weight.primitive)),
+        bias: Tensor::from_primitive(TensorPrimitive::Float(bias.primitive)),
+    };
+    let op = RecurrenceBackward;
+    let output = match op.prepare::<NoCheckpointing>([projected.node, weight.node, bias.node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (hidden, tape) = forward(cell, inner, reverse, true);
+            prep.finish(tape.expect("recorded"), hidden.into_primitive().tensor())
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(cell, inner, reverse, false).0.into_primitive().tensor()),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(output))
+}
+
+/// The autodiff node of one recurrence.
+#[derive(Debug)]
+struct RecurrenceBackward;
+
+impl<I: Backend> Backward<I, 3> for RecurrenceBackward {
+    type State = Tape<I>;
+
+    fn backward(self, ops: Ops<Tape<I>, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let grad = Tensor::<I, 3>::from_primitive(TensorPrimitive::Float(grads.consume::<I>(&ops.node)));
+        let Inputs { projected, weight, bias } = ops.state.backward(grad);
+        let [projected_node, weight_node, bias_node] = ops.parents;
+        if let Some(node) = projected_node {
+            grads.register::<I>(node.id, projected.into_primitive().tensor());
+        }
+        if let Some(node) = weight_node {
+            grads.register::<I>(node.id, weight.into_primitive().tensor());
+        }
+        if let Some(node) = bias_node {
+            grads.register::<I>(node.id, bias.into_primitive().tensor());
+        }
+    }
+}
+
+/// What the backward pass needs of the forward pass: the hidden weight, and per step (in the order
+/// the steps ran) the hidden state it started from and its gate values.
+#[derive(Clone, Debug)]
+struct Tape<B: Backend> {
+    cell: Cell,
+    reverse: bool,
+    weight: Tensor<B, 2>,
+    previous: Vec<Tensor<B, 2>>,
+    steps: Vec<StepTape<B>>,
+}
+
+/// One step's gate values (after their activations).
+#[derive(Clone, Debug)]
+enum StepTape<B: Backend> {
+    Lstm {
+        /// `[i, f, o]`, sigmoid outputs.
+        ifo: Tensor<B, 2>,
+        /// The candidate, `tanh` output.
+        candidate: Tensor<B, 2>,
+        /// The cell state the step started from.
+        cell: Tensor<B, 2>,
+        /// `tanh` of the cell state the step ended with.
+        cell_tanh: Tensor<B, 2>,
+    },
+    Gru {
+        /// `[z, r]`, sigmoid outputs.
+        zr: Tensor<B, 2>,
+        /// `h · W_n + b_n`, before the reset gate scales it.
+        hidden_new: Tensor<B, 2>,
+        /// The new-gate output `n`, `tanh` output.
+        new: Tensor<B, 2>,
+    },
+}
+
+/// The steps of `seq` in the order they run.
+fn order(seq: usize, reverse: bool) -> Vec<usize> {
+    if reverse {
+        (0..seq).rev().collect()
+    } else {
+        (0..seq).collect()
+    }
+}
+
+/// The sigmoid `1 / (1 + e^−x)` from `exp`: CPU backends run `exp` 3–4× faster than their own
+/// sigmoid and over 10× faster than their `tanh` (scalar libm calls), and the time loop's
+/// activations are a large share of its cost.
+fn logistic<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    x.neg().exp().add_scalar(1.0).recip()
+}
+
+/// `tanh x = 2 σ(2x) − 1`, from `exp` as [`logistic`].
+fn tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    logistic(x.mul_scalar(2.0)).mul_scalar(2.0).add_scalar(-1.0)
+}
+
+/// `1 − x²`: the derivative of `tanh` from its output.
+fn tanh_derivative<B: Backend>(y: Tensor<B, 2>) -> Tensor<B, 2> {
+    y.clone().mul(y).neg().add_scalar(1.0)
+}
+
+/// `y · (1 − y)`: the derivative of the sigmoid from its output.
+fn sigmoid_derivative<B: Backend>(y: Tensor<B, 2>) -> Tensor<B, 2> {
+    y.clone().sub(y.clone().mul(y))
+}
+
+/// `[batch, seq, features]` → one `[batch, features]` tensor per step.
+fn steps<B: Backend>(x: Tensor<B, 3>) -> Vec<Tensor<B, 2>> {
+    let [batch, seq, features] = x.dims();
+    x.chunk(seq, 1).into_iter().map(|step| step.reshape([batch, features])).collect()
+}
+
+/// The inverse of [`steps`].
+fn sequence<B: Backend>(steps: Vec<Tensor<B, 2>>) -> Tensor<B, 3> {
+    Tensor::stack(steps, 1)
+}
+
+/// The time loop; with `record`, also the tape for the backward pass.
+fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: bool) -> (Tensor<B, 3>, Option<Tape<B>>) {
+    let Inputs { projected, weight, bias } = inputs;
+    let [batch, seq, width] = projected.dims();
+    let hidden = width / cell.gates();
+    let device = projected.device();
+    let inputs = steps(projected);
+    // Broadcast once: a broadcasting add costs CPU backends ~10× a same-shape one, at every step.
+    let bias = Tensor::<B, 2>::zeros([batch, width], &device) + bias.unsqueeze::<2>();
+    let gate = |x: &Tensor<B, 2>, k: usize, count: usize| x.clone().narrow(1, k * hidden, count * hidden);
+    let mut outputs: Vec<Option<Tensor<B, 2>>> = vec![None; seq];
+    let mut previous = Vec::with_capacity(if record { seq } else { 0 });
+    let mut steps = Vec::with_capacity(if record { seq } else { 0 });
+    let mut h = Tensor::<B, 2>::zeros([batch, hidden], &device);
+    let mut c = h.clone();
+    for t in order(seq, reverse) {
+        let recurrent = h.clone().matmul(weight.clone()) + bias.clone();
+        let (next, tape) = match cell {
+            Cell::Lstm => {
+                let gates = recurrent + inputs[t].clone();
+                let ifo = logistic(gate(&gates, 0, 3));
+                let candidate = tanh(gate(&gates, 3, 1));
+                let [i, f, o] = [0, 1, 2].map(|k| gate(&ifo, k, 1));
+                let next_c = f * c.clone() + i * candidate.clone();
+                let cell_tanh = tanh(next_c.clone());
+                let next = o * cell_tanh.clone();
+                let tape = StepTape::Lstm { ifo, candidate, cell: std::mem::replace(&mut c, next_c), cell_tanh };
+                (next, tape)
+            }
+            Cell::Gru => {
+                let x = &inputs[t];
+                let zr = logistic(gate(&recurrent, 0, 2) + gate(x, 0, 2));
+                let [z, r] = [0, 1].map(|k| gate(&zr, k, 1));
+                let hidden_new = gate(&recurrent, 2, 1);
+                let new = tanh(r * hidden_new.clone() + gate(x, 2, 1));
+                // (1 − z) · n + z · h, with one multiplication.
+                let next = new.clone() + z * (h.clone() - new.clone());
+                (next, StepTape::Gru { zr, hidden_new, new })
+            }
+        };
+        if record {
+            previous.push(h);
+            steps.push(tape);
+        }
+        outputs[t] = Some(next.clone());
+        h = next;
+    }
+    let outputs = outputs.into_iter().map(|h| h.expect("every step ran")).collect();
+    let tape = record.then(|| Tape { cell, reverse, weight, previous, steps });
+    (sequence(outputs), tape)
+}
+
+impl<B: Backend> Tape<B> {
+    /// Back-propagation through time: the gradients of `projected`, `weight` and `bias` from the
+    /// gradient of the output (`[batch, seq, hidden]`).
+    fn backward(self, grad: Tensor<B, 3>) -> Inputs<B> {
+        let [_, seq, hidden] = grad.dims();
+        let grads = steps(grad);
+        let gate = |x: &Tensor<B, 2>, k: usize| x.clone().narrow(1, k * hidden, hidden);
+        let times = order(seq, self.reverse);
+        let weight_t = self.weight.transpose();
+        let mut projected: Vec<Option<Tensor<B, 2>>> = vec![None; seq];
+        // Per step (in the order the steps ran, like `previous`): the gradient of `W_h · h + b`.
+        let mut recurrent = Vec::with_capacity(seq);
+        let mut dh: Option<Tensor<B, 2>> = None; // from the next step to run, through `W_h · h`
+        let mut dc: Option<Tensor<B, 2>> = None; // LSTM: from the next step, through `f · c`
+        for (s, step) in self.steps.into_iter().enumerate().rev() {
+            let t = times[s];
+            let dh_total = match dh.take() {
+                Some(d) => d + grads[t].clone(),
+                None => grads[t].clone(),
+            };
+            let (d_projected, d_recurrent, d_previous) = match step {
+                StepTape::Lstm { ifo, candidate, cell, cell_tanh } => {
+                    let [i, f, o] = [0, 1, 2].map(|k| gate(&ifo, k));
+                    let d_o = dh_total.clone() * cell_tanh.clone();
+                    let d_cell = tanh_derivative(cell_tanh) * o * dh_total;
+                    let d_cell = match dc.take() {
+                        Some(d) => d_cell + d,
+                        None => d_cell,
+                    };
+                    let d_i = d_cell.clone() * candidate.clone();
+                    let d_f = d_cell.clone() * cell;
+                    let d_candidate = d_cell.clone() * i;
+                    dc = Some(d_cell * f);
+                    let d_ifo = Tensor::cat(vec![d_i, d_f, d_o], 1) * sigmoid_derivative(ifo);
+                    let d_gates = Tensor::cat(vec![d_ifo, d_candidate * tanh_derivative(candidate)], 1);
+                    (d_gates.clone(), d_gates, None)
+                }
+                StepTape::Gru { zr, hidden_new, new } => {
+                    let [z, r] = [0, 1].map(|k| gate(&zr, k));
+                    let d_direct = dh_total.clone() * z;
+                    let d_z = (self.previous[s].clone() - new.clone()) * dh_total.clone();
+                    let d_new = tanh_derivative(new) * (dh_total - d_direct.clone());
+                    let d_zr = Tensor::cat(vec![d_z, d_new.clone() * hidden_new], 1) * sigmoid_derivative(zr);
+                    let d_projected = Tensor::cat(vec![d_zr.clone(), d_new.clone()], 1);
+                    let d_recurrent = Tensor::cat(vec![d_zr, d_new * r], 1);
+                    (d_projected, d_recurrent, Some(d_direct))
+                }
+            };
+            if s > 0 {
+                let d_h = d_recurrent.clone().matmul(weight_t.clone());
+                dh = Some(match d_previous {
+                    Some(direct) => d_h + direct,
+                    None => d_h,
+                });
+            }
+            projected[t] = Some(d_projected);
+            recurrent.push(d_recurrent);
+        }
+        recurrent.reverse();
+        let width = self.cell.gates() * hidden;
+        let recurrent = Tensor::cat(recurrent, 0); // [seq · batch, width], steps in run order
+        let previous = Tensor::cat(self.previous, 0); // [seq · batch, hidden], the same order
+        Inputs {
+            projected: sequence(projected.into_iter().map(|d| d.expect("every step ran")).collect()),
+            weight: previous.transpose().matmul(recurrent.clone()),
+            bias: recurrent.sum_dim(0).reshape([width]),
+        }
+    }
+}
