@@ -104,10 +104,11 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
         extra => Tensor::cat(vec![x, Tensor::zeros([batch, extra, channels], &device)], 1),
     };
     let positions = seq - narrowest + 1;
-    // Window k of every position is the sequence shifted by k: [batch, positions, channels, widest]
-    // (channel-major rows, as Conv1d's weight), then one row of `channels × widest` per position.
+    // Window k of every position is the sequence shifted by k; side by side they give one row of
+    // `widest × channels` per position, position-major, so that each copy is a run of `channels`
+    // values (channel-major, as Conv1d's weight is laid out, the copies would be single values).
     let shifted = (0..widest).map(|k| x.clone().narrow(1, k, positions)).collect();
-    let windows = Tensor::stack::<4>(shifted, 3).reshape([batch * positions, channels * widest]);
+    let windows = Tensor::cat(shifted, 2).reshape([batch * positions, widest * channels]);
     let weight = Tensor::cat(
         convs
             .iter()
@@ -115,7 +116,7 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
                 let [filters, _, width] = c.weight.dims();
                 let w = c.weight.val();
                 let w = if width < widest { Tensor::cat(vec![w, Tensor::zeros([filters, channels, widest - width], &device)], 2) } else { w };
-                w.reshape([filters, channels * widest]).transpose()
+                w.swap_dims(1, 2).reshape([filters, widest * channels]).transpose()
             })
             .collect(),
         1,
@@ -128,8 +129,9 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
             outside.extend(std::iter::repeat_n(if p + c.kernel_size > seq { f32::NEG_INFINITY } else { 0.0 }, c.weight.dims()[0]));
         }
     }
-    let outside = Tensor::<B, 2>::from_data(TensorData::new(outside, [positions, total]), &device).unsqueeze::<3>();
-    let out = windows.matmul(weight).reshape([batch, positions, total]) + outside;
+    let outside = Tensor::<B, 2>::from_data(TensorData::new(outside, [positions, total]), &device);
+    // Added as one shared row per sample: CPU backends broadcast that in a vectorised loop.
+    let out = (windows.matmul(weight).reshape([batch, positions * total]) + outside.reshape([1, positions * total])).reshape([batch, positions, total]);
     // Bias after the max: max(y + b) = max(y) + b, on `total` values per sample instead of per position.
     let bias = Tensor::cat(convs.iter().map(|c| c.bias.as_ref().expect("Tandem builds convolutions with biases").val()).collect(), 0);
     relu(out.max_dim(1).squeeze_dim(1) + bias.unsqueeze())
