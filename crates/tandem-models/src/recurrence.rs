@@ -235,7 +235,7 @@ fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: boo
     let gate = |x: &Tensor<B, 2>, k: usize, count: usize| x.clone().narrow(1, k * hidden, count * hidden);
     let mut outputs: Vec<Option<Tensor<B, 2>>> = vec![None; seq];
     let mut previous = Vec::with_capacity(if record { seq } else { 0 });
-    let mut steps = Vec::with_capacity(if record { seq } else { 0 });
+    let mut tapes = Vec::with_capacity(if record { seq } else { 0 });
     let mut h = Tensor::<B, 2>::zeros([batch, hidden], &device);
     let mut c = h.clone();
     for t in order(seq, reverse) {
@@ -265,13 +265,13 @@ fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: boo
         };
         if record {
             previous.push(h);
-            steps.push(tape);
+            tapes.push(tape);
         }
         outputs[t] = Some(next.clone());
         h = next;
     }
     let outputs = outputs.into_iter().map(|h| h.expect("every step ran")).collect();
-    let tape = record.then(|| Tape { cell, reverse, weight, previous, steps });
+    let tape = record.then(|| Tape { cell, reverse, weight, previous, steps: tapes });
     (sequence(outputs), tape)
 }
 
