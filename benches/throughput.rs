@@ -120,8 +120,8 @@ fn main() {
     }
     backends.retain(|(name, _, _)| wanted(name));
 
-    // Phase 1, with the allocator as the process starts: stock Burn, the baseline. Phase 2, after
-    // `keep_freed_memory`: stock again, then Tandem's modules.
+    // Phase 1, with glibc's default (adaptive) allocation thresholds: stock Burn, the baseline of
+    // every ratio. Phase 2, after `keep_freed_memory`, row by row: stock again, then Tandem's modules.
     let mut cells: Vec<(Architecture, usize, usize)> = Vec::new(); // (architecture, backend, thread column)
     for &arch in &archs {
         for (b, (_, cpu, _)) in backends.iter().enumerate() {
@@ -136,21 +136,10 @@ fn main() {
     let stock = |arch: Architecture| reference_model(arch).with_fused(false);
     let baseline: Vec<Measured> = cells.iter().map(|&cell| on(cell, &stock(cell.0), EmbeddingUpdate::Dense)).collect();
     tandem_train::keep_freed_memory();
-    let tuned: Vec<[Measured; 3]> = cells
-        .iter()
-        .map(|&cell| {
-            let tandem = reference_model(cell.0);
-            [
-                on(cell, &stock(cell.0), EmbeddingUpdate::Dense),
-                on(cell, &tandem, EmbeddingUpdate::Dense),
-                on(cell, &tandem, EmbeddingUpdate::Lazy),
-            ]
-        })
-        .collect();
 
     println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
-    println!("stock: Burn's own Conv1d / LSTM / GRU forward and dense AdamW, with the allocator as the process");
-    println!("starts; kept memory: the same after `tandem_train::keep_freed_memory`; Tandem: its fused modules");
+    println!("stock: Burn's own Conv1d / LSTM / GRU forward and dense AdamW, with glibc's default allocation");
+    println!("thresholds; kept memory: the same after `tandem_train::keep_freed_memory`; Tandem: its fused modules");
     println!("(same parameters; the recurrent time loop as one autodiff node), with kept memory; lazy embedding:");
     println!("AdamW only on the embedding rows of the batch. Ratios are to stock; in brackets (CPU backends):");
     println!("the share of the step spent in AdamW (the rest is forward + backward)\n");
@@ -163,6 +152,7 @@ fn main() {
     println!("|---|---|{}", "---:|".repeat(7 * threads.len()));
     let mut at = 0;
     for arch in &archs {
+        let tandem = reference_model(*arch);
         for (b, (name, cpu, _)) in backends.iter().enumerate() {
             print!("| {} | {name} |", arch.name());
             for column in 0..threads.len() {
@@ -170,14 +160,21 @@ fn main() {
                     print!("{}", " — |".repeat(7));
                     continue;
                 }
-                debug_assert_eq!(cells[at], (*arch, b, column));
+                let cell = (*arch, b, column);
+                assert_eq!(cells[at], cell, "cells are measured in table order");
                 let share = |run: &Measured| if *cpu { format!(" ({:.0} %)", 100.0 * run.optimizer_share) } else { String::new() };
                 let s = baseline[at].samples_per_second;
                 print!(" {s:.0}{} |", share(&baseline[at]));
-                for run in &tuned[at] {
+                for run in [
+                    on(cell, &stock(*arch), EmbeddingUpdate::Dense),
+                    on(cell, &tandem, EmbeddingUpdate::Dense),
+                    on(cell, &tandem, EmbeddingUpdate::Lazy),
+                ] {
                     let r = run.samples_per_second;
-                    print!(" {r:.0}{} | {:.2}× |", share(run), r / s);
+                    print!(" {r:.0}{} | {:.2}× |", share(&run), r / s);
                 }
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
                 at += 1;
             }
             println!();

@@ -115,8 +115,10 @@ fn largest_relative_difference(reference: &[f32], got: &[f32]) -> f32 {
 }
 
 /// Builds each architecture on ndarray, copies its parameters to `B`, and compares logits and
-/// every gradient (relative difference ≤ 1e-4).
+/// every gradient (relative difference ≤ 1e-4); the recurrent layers run as one autodiff node on
+/// both.
 fn agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
+    assert!(tandem_models::recurrence::runs_as_one_node::<B>(), "{name}: the recurrent layers fall back to ordinary operations (is tandem-models' `{name}` feature on?)");
     let reference_device = Default::default();
     for config in configs() {
         let reference: Classifier<Reference> = config.init(&INPUT, &reference_device);

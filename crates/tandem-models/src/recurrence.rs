@@ -20,7 +20,7 @@
 //! runs the same loop with ordinary tensor operations: on a plain backend (inference) that is
 //! exactly what is wanted, on another autodiff backend it is correct, only slower.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -55,26 +55,53 @@ impl Cell {
 /// hidden bias `bias` (`[gates × hidden]`), from zero initial states; backwards in time when
 /// `reverse`. Returns the hidden state of every step, `[batch, seq, hidden]`.
 pub fn recurrence<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Tensor<B, 1>, reverse: bool) -> Tensor<B, 3> {
+    let [_, seq, width] = projected.dims();
+    let [hidden, weight_width] = weight.dims();
+    assert!(
+        seq > 0 && width == cell.gates() * hidden && weight_width == width && bias.dims() == [width],
+        "recurrence: {cell:?} over {:?} with a {:?} hidden weight and a {:?} bias",
+        projected.dims(),
+        weight.dims(),
+        bias.dims()
+    );
     let inputs = Inputs { projected, weight, bias };
-    let inputs = match on_autodiff::<B, burn::backend::NdArray>(cell, inputs, reverse) {
-        Ok(hidden) => return hidden,
-        Err(inputs) => inputs,
+    match one_node::<B>() {
+        Some(run) => run(cell, inputs, reverse),
+        None => forward(cell, inputs, reverse, false, Activations::Native).0,
+    }
+}
+
+/// Whether [`recurrence`] runs as one autodiff node on `B` (`B` is `Autodiff<I>` for an inner
+/// backend compiled into this crate); otherwise it runs as ordinary tensor operations.
+pub fn runs_as_one_node<B: Backend>() -> bool {
+    one_node::<B>().is_some()
+}
+
+/// The time loop as one autodiff node on `Autodiff<I>`, for a `B` that is that type.
+type OneNode<B> = fn(Cell, Inputs<B>, bool) -> Tensor<B, 3>;
+
+/// `B`'s one-node path, if `B` is `Autodiff<I>` for an inner backend compiled into this crate.
+/// CPU backends compute the activations from `exp` (see [`Activations::Exp`]); GPU backends, for
+/// which each is one more kernel launch, use their own.
+fn one_node<B: Backend>() -> Option<OneNode<B>> {
+    let paths: &[(TypeId, OneNode<B>)] = &[
+        path::<B, burn::backend::NdArray>(Activations::Exp),
+        path::<B, burn::backend::Flex>(Activations::Exp),
+        #[cfg(feature = "wgpu")]
+        path::<B, burn::backend::Wgpu>(Activations::Native),
+        #[cfg(feature = "cuda")]
+        path::<B, burn::backend::Cuda>(Activations::Native),
+    ];
+    paths.iter().find(|(id, _)| *id == TypeId::of::<B>()).map(|&(_, run)| run)
+}
+
+/// The one-node path of `Autodiff<I>` with `activations`.
+fn path<B: Backend, I: Backend>(activations: Activations) -> (TypeId, OneNode<B>) {
+    let run: OneNode<B> = match activations {
+        Activations::Exp => on_autodiff::<B, I, true>,
+        Activations::Native => on_autodiff::<B, I, false>,
     };
-    let inputs = match on_autodiff::<B, burn::backend::Flex>(cell, inputs, reverse) {
-        Ok(hidden) => return hidden,
-        Err(inputs) => inputs,
-    };
-    #[cfg(feature = "wgpu")]
-    let inputs = match on_autodiff::<B, burn::backend::Wgpu>(cell, inputs, reverse) {
-        Ok(hidden) => return hidden,
-        Err(inputs) => inputs,
-    };
-    #[cfg(feature = "cuda")]
-    let inputs = match on_autodiff::<B, burn::backend::Cuda>(cell, inputs, reverse) {
-        Ok(hidden) => return hidden,
-        Err(inputs) => inputs,
-    };
-    forward(cell, inputs, reverse, false).0
+    (TypeId::of::<Autodiff<I>>(), run)
 }
 
 /// The three inputs of the operation.
@@ -85,24 +112,21 @@ struct Inputs<B: Backend> {
     bias: Tensor<B, 1>,
 }
 
-/// `value` as a `T`, when `A` and `T` are the same type; `value` back otherwise.
-fn same_type<A: 'static, T: 'static>(value: A) -> Result<T, A> {
+/// `value` as a `T`; `A` and `T` must be the same type.
+fn same_type<A: 'static, T: 'static>(value: A) -> T {
     let mut slot = Some(value);
-    match (&mut slot as &mut dyn Any).downcast_mut::<Option<T>>() {
-        Some(cast) => Ok(cast.take().expect("the slot was filled above")),
-        None => Err(slot.expect("the slot is untouched when the types differ")),
-    }
+    let cast = (&mut slot as &mut dyn Any).downcast_mut::<Option<T>>().expect("checked by `one_node`: the types are the same");
+    cast.take().expect("the slot was filled above")
 }
 
-/// The fast path, taken when `B` is `Autodiff<I>`.
-fn on_autodiff<B: Backend, I: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Result<Tensor<B, 3>, Inputs<B>> {
-    let inputs: Inputs<Autodiff<I>> = same_type(inputs)?;
-    let hidden = tracked(cell, inputs, reverse);
-    Ok(same_type(hidden).unwrap_or_else(|_| unreachable!("B is Autodiff<I>")))
+/// The one-node path for `B` = `Autodiff<I>`; `FROM_EXP` picks [`Activations::Exp`].
+fn on_autodiff<B: Backend, I: Backend, const FROM_EXP: bool>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Tensor<B, 3> {
+    let activations = if FROM_EXP { Activations::Exp } else { Activations::Native };
+    same_type(tracked::<I>(cell, same_type(inputs), reverse, activations))
 }
 
 /// Runs the loop on `I` and registers one autodiff node for it.
-fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool) -> Tensor<Autodiff<I>, 3> {
+fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, activations: Activations) -> Tensor<Autodiff<I>, 3> {
     let [projected, weight, bias] = [
         inputs.projected.into_primitive().tensor(),
         inputs.weight.into_primitive().tensor(),
@@ -116,10 +140,10 @@ fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool) -
     let op = RecurrenceBackward;
     let output = match op.prepare::<NoCheckpointing>([projected.node, weight.node, bias.node]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
-            let (hidden, tape) = forward(cell, inner, reverse, true);
+            let (hidden, tape) = forward(cell, inner, reverse, true, activations);
             prep.finish(tape.expect("recorded"), hidden.into_primitive().tensor())
         }
-        OpsKind::UnTracked(prep) => prep.finish(forward(cell, inner, reverse, false).0.into_primitive().tensor()),
+        OpsKind::UnTracked(prep) => prep.finish(forward(cell, inner, reverse, false, activations).0.into_primitive().tensor()),
     };
     Tensor::from_primitive(TensorPrimitive::Float(output))
 }
@@ -190,16 +214,32 @@ fn order(seq: usize, reverse: bool) -> Vec<usize> {
     }
 }
 
-/// The sigmoid `1 / (1 + e^−x)` from `exp`: CPU backends run `exp` 3–4× faster than their own
-/// sigmoid and over 10× faster than their `tanh` (scalar libm calls), and the time loop's
-/// activations are a large share of its cost.
-fn logistic<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
-    x.neg().exp().add_scalar(1.0).recip()
+/// How the time loop computes its sigmoids and tanhs.
+#[derive(Clone, Copy, Debug)]
+enum Activations {
+    /// The backend's own `sigmoid` and `tanh`.
+    Native,
+    /// From `exp`: `σ(x) = 1 / (1 + e^−x)`, `tanh x = 2σ(2x) − 1`. CPU backends run `exp` 3–4×
+    /// faster than their own sigmoid and over 10× faster than their `tanh` (scalar libm calls),
+    /// and the activations are a large share of the loop's cost. Only on the untracked inner
+    /// backend: under autodiff, `e^−x` overflowing to ∞ would give a NaN gradient.
+    Exp,
 }
 
-/// `tanh x = 2 σ(2x) − 1`, from `exp` as [`logistic`].
-fn tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
-    logistic(x.mul_scalar(2.0)).mul_scalar(2.0).add_scalar(-1.0)
+impl Activations {
+    fn sigmoid<B: Backend>(self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self {
+            Activations::Native => burn::tensor::activation::sigmoid(x),
+            Activations::Exp => x.neg().exp().add_scalar(1.0).recip(),
+        }
+    }
+
+    fn tanh<B: Backend>(self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self {
+            Activations::Native => x.tanh(),
+            Activations::Exp => self.sigmoid(x.mul_scalar(2.0)).mul_scalar(2.0).add_scalar(-1.0),
+        }
+    }
 }
 
 /// `1 − x²`: the derivative of `tanh` from its output.
@@ -213,9 +253,22 @@ fn sigmoid_derivative<B: Backend>(y: Tensor<B, 2>) -> Tensor<B, 2> {
 }
 
 /// `[batch, seq, features]` → one `[batch, features]` tensor per step.
+///
+/// Under autodiff (the ordinary-operations path), Burn's backward of a slice writes into a zeroed
+/// tensor the size of its whole input, so `seq` slices straight out of `x` would cost `seq`
+/// full-size tensors (quadratic in the sequence length); blocks of about √seq steps, then steps
+/// out of each block, cost about 2√seq. On the inner backend the slices are views either way.
 fn steps<B: Backend>(x: Tensor<B, 3>) -> Vec<Tensor<B, 2>> {
     let [batch, seq, features] = x.dims();
-    x.chunk(seq, 1).into_iter().map(|step| step.reshape([batch, features])).collect()
+    let block = (seq as f64).sqrt().ceil() as usize;
+    (0..seq)
+        .step_by(block)
+        .flat_map(|start| {
+            let len = block.min(seq - start);
+            let block = x.clone().narrow(1, start, len);
+            (0..len).map(move |t| block.clone().narrow(1, t, 1).reshape([batch, features]))
+        })
+        .collect()
 }
 
 /// The inverse of [`steps`].
@@ -224,7 +277,7 @@ fn sequence<B: Backend>(steps: Vec<Tensor<B, 2>>) -> Tensor<B, 3> {
 }
 
 /// The time loop; with `record`, also the tape for the backward pass.
-fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: bool) -> (Tensor<B, 3>, Option<Tape<B>>) {
+fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: bool, activations: Activations) -> (Tensor<B, 3>, Option<Tape<B>>) {
     let Inputs { projected, weight, bias } = inputs;
     let [batch, seq, width] = projected.dims();
     let hidden = width / cell.gates();
@@ -243,21 +296,21 @@ fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: boo
         let (next, tape) = match cell {
             Cell::Lstm => {
                 let gates = recurrent + inputs[t].clone();
-                let ifo = logistic(gate(&gates, 0, 3));
-                let candidate = tanh(gate(&gates, 3, 1));
+                let ifo = activations.sigmoid(gate(&gates, 0, 3));
+                let candidate = activations.tanh(gate(&gates, 3, 1));
                 let [i, f, o] = [0, 1, 2].map(|k| gate(&ifo, k, 1));
                 let next_c = f * c.clone() + i * candidate.clone();
-                let cell_tanh = tanh(next_c.clone());
+                let cell_tanh = activations.tanh(next_c.clone());
                 let next = o * cell_tanh.clone();
                 let tape = StepTape::Lstm { ifo, candidate, cell: std::mem::replace(&mut c, next_c), cell_tanh };
                 (next, tape)
             }
             Cell::Gru => {
                 let x = &inputs[t];
-                let zr = logistic(gate(&recurrent, 0, 2) + gate(x, 0, 2));
+                let zr = activations.sigmoid(gate(&recurrent, 0, 2) + gate(x, 0, 2));
                 let [z, r] = [0, 1].map(|k| gate(&zr, k, 1));
                 let hidden_new = gate(&recurrent, 2, 1);
-                let new = tanh(r * hidden_new.clone() + gate(x, 2, 1));
+                let new = activations.tanh(r * hidden_new.clone() + gate(x, 2, 1));
                 // (1 − z) · n + z · h, with one multiplication.
                 let next = new.clone() + z * (h.clone() - new.clone());
                 (next, StepTape::Gru { zr, hidden_new, new })

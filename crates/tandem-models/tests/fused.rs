@@ -1,11 +1,13 @@
 //! The fused forward passes compute what Burn's stock modules compute: same logits, same
 //! gradient for every parameter, on both CPU backends (the recurrent layers' hand-written
-//! backward runs on each backend's autodiff), and the same logits without autodiff (inference).
+//! backward runs on each backend's autodiff) and on one whose recurrent layers fall back to
+//! ordinary operations, and the same logits without autodiff (inference).
 
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use tandem_models::recurrence::runs_as_one_node;
 use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig};
 
 const INPUT: InputSpec = InputSpec { vocab_size: 50, max_len: 12, num_classes: 4 };
@@ -43,7 +45,7 @@ struct CollectGradients<'a, B: AutodiffBackend>(&'a B::Gradients, Vec<Vec<f32>>)
 impl<B: AutodiffBackend> ModuleVisitor<B> for CollectGradients<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let grad = param.val().grad(self.0).expect("every parameter takes part in the loss");
-        self.1.push(grad.into_data().iter::<f32>().collect());
+        self.1.push(grad.into_data().convert::<f32>().iter::<f32>().collect());
     }
 }
 
@@ -55,7 +57,7 @@ fn logits_and_gradients<B: AutodiffBackend>(model: &Classifier<B>) -> (Vec<f32>,
     let grads = (logits.clone() * weights).sum().backward();
     let mut collect = CollectGradients(&grads, Vec::new());
     model.visit(&mut collect);
-    (logits.into_data().iter::<f32>().collect(), collect.1)
+    (logits.into_data().convert::<f32>().iter::<f32>().collect(), collect.1)
 }
 
 fn assert_close(what: &str, expected: &[f32], got: &[f32]) {
@@ -68,10 +70,11 @@ fn assert_close(what: &str, expected: &[f32], got: &[f32]) {
 /// Logits without autodiff.
 fn inference_logits<B: AutodiffBackend>(model: &Classifier<B>) -> Vec<f32> {
     let (tokens, mask) = batch();
-    model.valid().forward(tokens, &mask).into_data().iter::<f32>().collect()
+    model.valid().forward(tokens, &mask).into_data().convert::<f32>().iter::<f32>().collect()
 }
 
-fn fused_matches_stock<B: AutodiffBackend>() {
+fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
+    assert_eq!(runs_as_one_node::<B>(), one_node, "{}", std::any::type_name::<B>());
     let device = Default::default();
     for stock_config in stock_configs() {
         let stock: Classifier<B> = stock_config.init(&INPUT, &device);
@@ -92,10 +95,15 @@ fn fused_matches_stock<B: AutodiffBackend>() {
 
 #[test]
 fn fused_forward_passes_match_the_stock_modules_in_logits_and_every_gradient_on_ndarray() {
-    fused_matches_stock::<Autodiff<NdArray>>();
+    fused_matches_stock::<Autodiff<NdArray>>(true);
 }
 
 #[test]
 fn fused_forward_passes_match_the_stock_modules_in_logits_and_every_gradient_on_flex() {
-    fused_matches_stock::<Autodiff<Flex>>();
+    fused_matches_stock::<Autodiff<Flex>>(true);
+}
+
+#[test]
+fn fused_forward_passes_match_the_stock_modules_where_the_recurrence_is_ordinary_operations() {
+    fused_matches_stock::<Autodiff<NdArray<f64>>>(false);
 }
