@@ -81,11 +81,13 @@ pub fn runs_as_one_node<B: Backend>() -> bool {
 type OneNode<B> = fn(Cell, Inputs<B>, bool) -> Tensor<B, 3>;
 
 /// `B`'s one-node path, if `B` is `Autodiff<I>` for an inner backend compiled into this crate.
-/// CPU backends compute the activations from `exp` (see [`Activations::Exp`]); GPU backends, for
-/// which each is one more kernel launch, use their own.
+/// Flex computes the activations from `exp` (see [`Activations::Exp`]). ndarray keeps its own:
+/// with its `simd` feature its `exp` rounds differently from run to run (vectorised or scalar,
+/// seemingly by memory alignment), which broke same-seed reproducibility. GPU backends keep their
+/// own too: each `exp`-based activation would be more kernel launches.
 fn one_node<B: Backend>() -> Option<OneNode<B>> {
     let paths: &[(TypeId, OneNode<B>)] = &[
-        path::<B, burn::backend::NdArray>(Activations::Exp),
+        path::<B, burn::backend::NdArray>(Activations::Native),
         path::<B, burn::backend::Flex>(Activations::Exp),
         #[cfg(feature = "wgpu")]
         path::<B, burn::backend::Wgpu>(Activations::Native),
