@@ -67,19 +67,15 @@ impl<B: Backend> Activation<B> {
     }
 }
 
-/// `[batch, seq, features]` float mask: 1 on real tokens, 0 on padding.
-///
-/// Repeated along the features, not left `[batch, seq, 1]` for the multiplication to broadcast:
-/// CPU backends multiply same-shape tensors in a vectorised loop, but broadcast a size-1
-/// dimension through a generic index iterator, forward and backward, several times slower.
-fn keep_mask<B: Backend>(mask_pad: &Tensor<B, 2, Bool>, features: usize) -> Tensor<B, 3> {
-    mask_pad.clone().bool_not().float().unsqueeze_dim::<3>(2).repeat_dim(2, features)
+/// `[batch, seq, 1]` float mask: 1 on real tokens, 0 on padding.
+fn keep_mask<B: Backend>(mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+    mask_pad.clone().bool_not().float().unsqueeze_dim(2)
 }
 
 /// Mean over the non-padding positions of a `[batch, seq, features]` tensor.
 pub(crate) fn masked_mean<B: Backend>(x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 2> {
-    let keep = keep_mask(mask_pad, x.dims()[2]);
-    let count = keep.clone().sum_dim(1).clamp_min(1.0); // [batch, 1, features]
+    let keep = keep_mask(mask_pad);
+    let count = keep.clone().sum_dim(1).clamp_min(1.0); // [batch, 1, 1]
     (x * keep).sum_dim(1).div(count).squeeze_dim(1)
 }
 
@@ -97,14 +93,13 @@ impl<B: Backend> EmbeddingBlock<B> {
         let [batch, seq] = tokens.dims();
         let device = tokens.device();
         let mut x = self.tokens.forward(tokens);
-        let features = x.dims()[2];
         if let Some(positions) = &self.positions {
             let ids = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
                 .reshape([1, seq])
                 .repeat_dim(0, batch);
             x = x + positions.forward(ids);
         }
-        self.dropout.forward(x * keep_mask(mask_pad, features))
+        self.dropout.forward(x * keep_mask(mask_pad))
     }
 }
 
