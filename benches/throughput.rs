@@ -8,9 +8,16 @@
 //! Every backend compiled in is measured; a GPU backend whose device 0 does not start is
 //! skipped with a message. GPU rows fill only the first thread-count column.
 //!
-//! Environment: `TANDEM_BENCH_SECONDS` (time budget per cell, default 8),
-//! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`), `TANDEM_BENCH_BACKENDS` (e.g. `flex`),
-//! `TANDEM_BENCH_THREADS` (e.g. `1,2`; default 1 and all cores).
+//! Machines here are noisy (±25 % from one minute to the next), so each cell is measured in
+//! rounds: every round runs the four variants back to back (stock in a child process with glibc's
+//! default allocator, then stock, Tandem and Tandem + lazy embedding here, after
+//! `keep_freed_memory`), and the table gives the median over rounds of samples/s and of each
+//! round's ratio to its own stock baseline.
+//!
+//! Environment: `TANDEM_BENCH_SECONDS` (time budget per variant and cell, default 8, split over
+//! the rounds), `TANDEM_BENCH_ROUNDS` (default 3), `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`),
+//! `TANDEM_BENCH_BACKENDS` (e.g. `flex`), `TANDEM_BENCH_THREADS` (e.g. `1,2`; default 1 and all
+//! cores).
 
 use std::time::{Duration, Instant};
 
@@ -93,8 +100,20 @@ fn env_list(name: &str) -> Option<Vec<String>> {
     std::env::var(name).ok().map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
 }
 
+/// Set in the child process that measures one stock baseline: `architecture,backend,threads`.
+const BASELINE_CHILD: &str = "TANDEM_BENCH_BASELINE_CELL";
+
+/// The median of `values` (not empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+}
+
 fn main() {
     let budget = Duration::from_secs_f64(std::env::var("TANDEM_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8.0));
+    let rounds: usize = std::env::var("TANDEM_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).filter(|&r| r > 0).unwrap_or(3);
+    let child = std::env::var(BASELINE_CHILD).ok();
     let archs: Vec<Architecture> = Architecture::ALL
         .into_iter()
         .filter(|a| env_list("TANDEM_BENCH_ARCHS").is_none_or(|l| l.iter().any(|n| n == a.name())))
@@ -111,38 +130,53 @@ fn main() {
     #[cfg(feature = "ndarray")]
     backends.push(("ndarray", true, measure::<Autodiff<burn::backend::NdArray>>));
     #[cfg(feature = "wgpu")]
-    if wanted("wgpu") && gpu_starts::<burn::backend::Wgpu>("wgpu") {
+    if wanted("wgpu") && (child.is_some() || gpu_starts::<burn::backend::Wgpu>("wgpu")) {
         backends.push(("wgpu", false, measure::<Autodiff<burn::backend::Wgpu>>));
     }
     #[cfg(feature = "cuda")]
-    if wanted("cuda") && gpu_starts::<burn::backend::Cuda>("cuda") {
+    if wanted("cuda") && (child.is_some() || gpu_starts::<burn::backend::Cuda>("cuda")) {
         backends.push(("cuda", false, measure::<Autodiff<burn::backend::Cuda>>));
     }
     backends.retain(|(name, _, _)| wanted(name));
-
-    // Phase 1, with glibc's default (adaptive) allocation thresholds: stock Burn, the baseline of
-    // every ratio. Phase 2, after `keep_freed_memory`, row by row: stock again, then Tandem's modules.
-    let mut cells: Vec<(Architecture, usize, usize)> = Vec::new(); // (architecture, backend, thread column)
-    for &arch in &archs {
-        for (b, (_, cpu, _)) in backends.iter().enumerate() {
-            cells.extend((0..threads.len()).filter(|&column| *cpu || column == 0).map(|column| (arch, b, column)));
-        }
-    }
-    let on = |(arch, b, column): (Architecture, usize, usize), config: &ModelConfig, update: EmbeddingUpdate| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads[column]).build().expect("thread pool");
-        eprintln!("measuring {} on {} ({} threads)…", arch.name(), backends[b].0, threads[column]);
+    let stock = |arch: Architecture| reference_model(arch).with_fused(false);
+    let run = |b: usize, threads: usize, config: &ModelConfig, update: EmbeddingUpdate, budget: Duration| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
         pool.install(|| (backends[b].2)(config, update, budget))
     };
-    let stock = |arch: Architecture| reference_model(arch).with_fused(false);
-    let baseline: Vec<Measured> = cells.iter().map(|&cell| on(cell, &stock(cell.0), EmbeddingUpdate::Dense)).collect();
+
+    if let Some(cell) = child {
+        // The child: one stock measurement with the allocator as the process started, printed
+        // as `samples_per_second optimizer_share`.
+        let fields: Vec<&str> = cell.split(',').collect();
+        let arch = *Architecture::ALL.iter().find(|a| a.name() == fields[0]).expect("a known architecture");
+        let b = backends.iter().position(|(name, _, _)| *name == fields[1]).expect("a compiled backend");
+        let m = run(b, fields[2].parse().expect("a thread count"), &stock(arch), EmbeddingUpdate::Dense, budget);
+        println!("{} {}", m.samples_per_second, m.optimizer_share);
+        return;
+    }
     tandem_train::keep_freed_memory();
+    let baseline_in_child = |arch: Architecture, b: usize, threads: usize, budget: Duration| -> Measured {
+        let exe = std::env::current_exe().expect("the benchmark's own path");
+        let out = std::process::Command::new(exe)
+            .args(std::env::args().skip(1))
+            .env(BASELINE_CHILD, format!("{},{},{threads}", arch.name(), backends[b].0))
+            .env("TANDEM_BENCH_SECONDS", budget.as_secs_f64().to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("the baseline child runs");
+        assert!(out.status.success(), "the baseline child failed: {}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let values: Vec<f64> = text.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+        assert_eq!(values.len(), 2, "the baseline child printed `{text}`");
+        Measured { samples_per_second: values[0], optimizer_share: values[1] }
+    };
 
     println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
-    println!("stock: Burn's own Conv1d / LSTM / GRU forward and dense AdamW, with glibc's default allocation");
-    println!("thresholds; kept memory: the same after `tandem_train::keep_freed_memory`; Tandem: its fused modules");
-    println!("(same parameters; the recurrent time loop as one autodiff node), with kept memory; lazy embedding:");
-    println!("AdamW only on the embedding rows of the batch. Ratios are to stock; in brackets (CPU backends):");
-    println!("the share of the step spent in AdamW (the rest is forward + backward)\n");
+    println!("stock: Burn's own Conv1d / LSTM / GRU / encoder forward and dense AdamW, in a process with glibc's");
+    println!("default allocation thresholds; kept memory: the same after `tandem_train::keep_freed_memory`;");
+    println!("Tandem: its fused modules (same parameters), with kept memory; lazy embedding: AdamW only on the");
+    println!("embedding rows of the batch. Medians of {rounds} interleaved rounds; ratios are medians of each round's");
+    println!("ratio to its own stock run. In brackets (CPU backends): the share of the step spent in AdamW\n");
     print!("| architecture | backend |");
     for t in &threads {
         let s = if *t == 1 { "" } else { "s" };
@@ -150,32 +184,37 @@ fn main() {
     }
     println!();
     println!("|---|---|{}", "---:|".repeat(7 * threads.len()));
-    let mut at = 0;
+    let round_budget = budget / rounds as u32;
     for arch in &archs {
         let tandem = reference_model(*arch);
         for (b, (name, cpu, _)) in backends.iter().enumerate() {
             print!("| {} | {name} |", arch.name());
-            for column in 0..threads.len() {
+            for (column, &threads) in threads.iter().enumerate() {
                 if !cpu && column > 0 {
                     print!("{}", " — |".repeat(7));
                     continue;
                 }
-                let cell = (*arch, b, column);
-                assert_eq!(cells[at], cell, "cells are measured in table order");
-                let share = |run: &Measured| if *cpu { format!(" ({:.0} %)", 100.0 * run.optimizer_share) } else { String::new() };
-                let s = baseline[at].samples_per_second;
-                print!(" {s:.0}{} |", share(&baseline[at]));
-                for run in [
-                    on(cell, &stock(*arch), EmbeddingUpdate::Dense),
-                    on(cell, &tandem, EmbeddingUpdate::Dense),
-                    on(cell, &tandem, EmbeddingUpdate::Lazy),
-                ] {
-                    let r = run.samples_per_second;
-                    print!(" {r:.0}{} | {:.2}× |", share(&run), r / s);
+                eprintln!("measuring {} on {name} ({threads} threads), {rounds} rounds…", arch.name());
+                // Per variant (stock baseline, kept memory, Tandem, Tandem + lazy): each round's result.
+                let mut measured: [Vec<Measured>; 4] = Default::default();
+                for _ in 0..rounds {
+                    measured[0].push(baseline_in_child(*arch, b, threads, round_budget));
+                    measured[1].push(run(b, threads, &stock(*arch), EmbeddingUpdate::Dense, round_budget));
+                    measured[2].push(run(b, threads, &tandem, EmbeddingUpdate::Dense, round_budget));
+                    measured[3].push(run(b, threads, &tandem, EmbeddingUpdate::Lazy, round_budget));
+                }
+                let cell = |runs: &[Measured]| {
+                    let speed = median(runs.iter().map(|m| m.samples_per_second).collect());
+                    let share = median(runs.iter().map(|m| m.optimizer_share).collect());
+                    if *cpu { format!(" {speed:.0} ({:.0} %) |", 100.0 * share) } else { format!(" {speed:.0} |") }
+                };
+                print!("{}", cell(&measured[0]));
+                for variant in &measured[1..] {
+                    let ratio = median(variant.iter().zip(&measured[0]).map(|(v, s)| v.samples_per_second / s.samples_per_second).collect());
+                    print!("{} {ratio:.2}× |", cell(variant));
                 }
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
-                at += 1;
             }
             println!();
         }

@@ -166,11 +166,16 @@ impl<B: Backend> RecurrentBlock<B> {
 #[derive(Module, Debug)]
 pub struct EncoderBlock<B: Backend> {
     pub(crate) layer: TransformerEncoderLayer<B>,
+    /// Runs [`fused::encoder_layer`] instead of the Burn layer's own forward.
+    pub(crate) fused: bool,
 }
 
 impl<B: Backend> EncoderBlock<B> {
     /// `[batch, seq, d_model]` → `[batch, seq, d_model]`.
     pub fn forward(&self, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+        if self.fused {
+            return fused::encoder_layer(&self.layer, x, mask_pad);
+        }
         self.layer.forward(x, Some(mask_pad.clone()), None)
     }
 }

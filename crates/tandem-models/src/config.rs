@@ -104,11 +104,14 @@ pub struct TransformerConfig {
     pub dropout: f64,
     /// Pre-norm (`true`) or post-norm (`false`, the original Transformer) layers.
     pub norm_first: bool,
+    /// Tandem's encoder-layer forward, linear layers on rows (`true`), or Burn's own. Same
+    /// parameters and results either way; only the speed differs.
+    pub fused: bool,
 }
 
 impl Default for TransformerConfig {
     fn default() -> Self {
-        Self { d_model: 128, heads: 4, layers: 2, d_ff: 256, embedding_dropout: 0.1, dropout: 0.1, norm_first: true }
+        Self { d_model: 128, heads: 4, layers: 2, d_ff: 256, embedding_dropout: 0.1, dropout: 0.1, norm_first: true, fused: true }
     }
 }
 
@@ -131,14 +134,13 @@ impl ModelConfig {
         }
     }
 
-    /// The same model on the fused forward passes (`true`) or on Burn's own (`false`); the
-    /// Transformer has no fused pass and is returned unchanged.
+    /// The same model on the fused forward passes (`true`) or on Burn's own (`false`).
     pub fn with_fused(&self, fused: bool) -> Self {
         let mut config = self.clone();
         match &mut config {
             Self::Cnn(c) => c.fused = fused,
             Self::Lstm(c) | Self::Gru(c) => c.fused = fused,
-            Self::Transformer(_) => {}
+            Self::Transformer(c) => c.fused = fused,
         }
         config
     }
@@ -242,7 +244,7 @@ impl ModelConfig {
                     .with_norm_first(c.norm_first);
                 let mut blocks = vec![embedding(c.d_model, true, c.embedding_dropout)];
                 blocks.extend((0..c.layers).map(|_| {
-                    Block::Encoder(EncoderBlock { layer: TransformerEncoderLayer::new(&layer_config, device) })
+                    Block::Encoder(EncoderBlock { layer: TransformerEncoderLayer::new(&layer_config, device), fused: c.fused })
                 }));
                 blocks.push(head(c.d_model, c.dropout));
                 blocks

@@ -9,7 +9,12 @@
 //!   by all gates' hidden weights per step) is one autodiff operation with a hand-written
 //!   backward pass ([`crate::recurrence`]);
 //! - the CNN's convolutions of every width are one im2col matmul: windows of the widest kernel,
-//!   narrower kernels zero-padded to that width, −∞ where a kernel would run past the end.
+//!   narrower kernels zero-padded to that width, −∞ where a kernel would run past the end;
+//! - a Transformer encoder layer runs every linear layer on `[batch × seq, features]` rows. Burn
+//!   applies a `Linear` to a 3-D input as a *batched* matmul, so its weight gradient is one small
+//!   matmul per sample, summed afterwards (a `[batch, in, out]` intermediate); on rows it is one
+//!   large matmul. The padding mask is expanded to the scores' shape once per layer instead of
+//!   being broadcast by each `mask_fill` (forward and backward).
 //!
 //! The fused weights are concatenated from the stock modules' parameters on every forward pass
 //! (a few hundred kB), so gradients flow back to those parameters, a model trains the same either
@@ -20,10 +25,12 @@
 use burn::nn::conv::Conv1d;
 use burn::nn::gru::{BiGru, Gru};
 use burn::nn::lstm::{BiLstm, Lstm};
+use burn::nn::attention::MultiHeadAttention;
+use burn::nn::transformer::{PositionWiseFeedForward, TransformerEncoderLayer};
 use burn::nn::{GateController, Linear};
-use burn::tensor::activation::relu;
+use burn::tensor::activation::{quiet_softmax, relu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Bool, Tensor, TensorData};
 
 use crate::recurrence::{recurrence, Cell};
 
@@ -135,4 +142,47 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
     // Bias after the max: max(y + b) = max(y) + b, on `total` values per sample instead of per position.
     let bias = Tensor::cat(convs.iter().map(|c| c.bias.as_ref().expect("Tandem builds convolutions with biases").val()).collect(), 0);
     relu(out.max_dim(1).squeeze_dim(1) + bias.unsqueeze())
+}
+
+/// `[batch, seq, d_model]` → `[batch, seq, d_model]` through `layer`'s parameters, as Burn's
+/// `TransformerEncoderLayer::forward` with a padding mask (`true` at padding) and no attention
+/// mask: the same operations, dropouts drawn in the same order, on rows of features.
+pub fn encoder_layer<B: Backend>(layer: &TransformerEncoderLayer<B>, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+    let attend = |x: Tensor<B, 3>| layer.dropout.forward(attention(&layer.mha, x, mask_pad));
+    let feed_forward = |x: Tensor<B, 3>| layer.dropout.forward(position_wise(&layer.pwff, x));
+    if layer.norm_first {
+        let x = x.clone() + attend(layer.norm_2.forward(x));
+        x.clone() + feed_forward(layer.norm_1.forward(x))
+    } else {
+        let x = layer.norm_1.forward(x.clone() + attend(x));
+        layer.norm_2.forward(x.clone() + feed_forward(x))
+    }
+}
+
+/// `linear` applied to every position of `[batch, seq, in]`, as one `[batch × seq, in]` matmul.
+fn on_rows<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, seq, d_in] = x.dims();
+    let out = linear.forward(x.reshape([batch * seq, d_in]));
+    let d_out = out.dims()[1];
+    out.reshape([batch, seq, d_out])
+}
+
+/// Burn's `MultiHeadAttention::forward` (self-attention, padding mask) on rows of features.
+fn attention<B: Backend>(mha: &MultiHeadAttention<B>, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+    let [batch, seq, d_model] = x.dims();
+    let heads = |linear: &Linear<B>| on_rows(linear, x.clone()).reshape([batch, seq, mha.n_heads, mha.d_k]).swap_dims(1, 2);
+    let (query, key, value) = (heads(&mha.query), heads(&mha.key), heads(&mha.value));
+    let scores = mha.dropout.forward(query.matmul(key.transpose()).div_scalar((mha.d_k as f32).sqrt()));
+    // Expanded (a copy) once here; a broadcast mask would be expanded by every mask_fill.
+    let mask = mask_pad.clone().reshape([batch, 1, 1, seq]).repeat_dim(1, mha.n_heads).repeat_dim(2, seq);
+    let scores = scores.mask_fill(mask, mha.min_float);
+    let weights = if mha.quiet_softmax { quiet_softmax(scores, 3) } else { softmax(scores, 3) };
+    let context = weights.matmul(value).swap_dims(1, 2).reshape([batch, seq, d_model]);
+    on_rows(&mha.output, context)
+}
+
+/// Burn's `PositionWiseFeedForward::forward` on rows of features.
+fn position_wise<B: Backend>(pwff: &PositionWiseFeedForward<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let inner = pwff.dropout.forward(pwff.activation.forward(on_rows(&pwff.linear_inner, x)));
+    on_rows(&pwff.linear_outer, inner)
 }

@@ -15,8 +15,8 @@
 //!
 //! Burn 0.21 has no stable way to give a generic `B: Backend` a custom autodiff op without making
 //! every model carry an extra trait bound, so [`recurrence`] checks at run time whether `B` is
-//! `Autodiff<I>` for one of the inner backends compiled into this crate (Flex, and wgpu / CUDA
-//! with the features of those names) and takes the fast path there. On any other backend it
+//! `Autodiff<I>` for one of the inner backends compiled into this crate (Flex, ndarray, and wgpu /
+//! CUDA with the features of those names) and takes the fast path there. On any other backend it
 //! runs the same loop with ordinary tensor operations: on a plain backend (inference) that is
 //! exactly what is wanted, on another autodiff backend it is correct, only slower.
 
@@ -81,13 +81,14 @@ pub fn runs_as_one_node<B: Backend>() -> bool {
 type OneNode<B> = fn(Cell, Inputs<B>, bool) -> Tensor<B, 3>;
 
 /// `B`'s one-node path, if `B` is `Autodiff<I>` for an inner backend compiled into this crate.
-/// Flex computes the activations from `exp` (see [`Activations::Exp`]); GPU backends keep their
-/// own (each `exp`-based one would be more kernel launches). ndarray (the test suite's backend)
-/// is left out: under the workspace's features (its `simd`), two same-seed GRU runs on its
-/// one-node path differed, which the ordinary-operations path does not do. Not understood yet.
+/// Flex computes the activations from `exp` (see [`Activations::Exp`]); the others keep their
+/// own: GPU backends because each `exp`-based activation would be more kernel launches, ndarray
+/// (the test suite's backend) because its SIMD `exp` rounds differently from Flex's, and the
+/// suite compares the two.
 fn one_node<B: Backend>() -> Option<OneNode<B>> {
     let paths: &[(TypeId, OneNode<B>)] = &[
         path::<B, burn::backend::Flex>(Activations::Exp),
+        path::<B, burn::backend::NdArray>(Activations::Native),
         #[cfg(feature = "wgpu")]
         path::<B, burn::backend::Wgpu>(Activations::Native),
         #[cfg(feature = "cuda")]

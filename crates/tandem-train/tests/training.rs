@@ -3,7 +3,7 @@
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tolerance;
-use tandem_models::{Classifier, InputSpec, ModelConfig, RecurrentConfig};
+use tandem_models::{Classifier, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 use tandem_train::testing::{small_models, toy_data, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
 use tandem_train::{correct_predictions, gradients, train, EpochPlan, EpochRecord, Sequential, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats};
@@ -31,13 +31,19 @@ fn run<B: AutodiffBackend>(model: &ModelConfig, cfg: &TrainConfig, seed: u64) ->
 #[test]
 fn same_seed_gives_identical_metrics_on_ndarray() {
     let _serial = serial();
-    let model = ModelConfig::Gru(RecurrentConfig { embedding_dim: 8, hidden: 8, dropout: 0.3, ..Default::default() });
-    let a = run::<Autodiff<NdArray>>(&model, &config(2), 7);
-    let b = run::<Autodiff<NdArray>>(&model, &config(2), 7);
-    let strip = |r: &[EpochRecord]| r.iter().map(|e| (e.train_loss, e.holdout_loss, e.holdout.clone())).collect::<Vec<_>>();
-    assert_eq!(strip(&a), strip(&b));
-    let c = run::<Autodiff<NdArray>>(&model, &config(2), 8);
-    assert_ne!(strip(&a), strip(&c), "a different seed should change the run");
+    // With dropout, so that the seeded RNG is drawn from during training too.
+    let models = [
+        ModelConfig::Gru(RecurrentConfig { embedding_dim: 8, hidden: 8, dropout: 0.3, ..Default::default() }),
+        ModelConfig::Transformer(TransformerConfig { d_model: 8, heads: 2, layers: 1, d_ff: 16, dropout: 0.1, ..Default::default() }),
+    ];
+    for model in models {
+        let a = run::<Autodiff<NdArray>>(&model, &config(2), 7);
+        let b = run::<Autodiff<NdArray>>(&model, &config(2), 7);
+        let strip = |r: &[EpochRecord]| r.iter().map(|e| (e.train_loss, e.holdout_loss, e.holdout.clone())).collect::<Vec<_>>();
+        assert_eq!(strip(&a), strip(&b), "{:?}", model.architecture());
+        let c = run::<Autodiff<NdArray>>(&model, &config(2), 8);
+        assert_ne!(strip(&a), strip(&c), "{:?}: a different seed should change the run", model.architecture());
+    }
 }
 
 #[test]
