@@ -18,7 +18,8 @@
 //!
 //! The fused weights are concatenated from the stock modules' parameters on every forward pass
 //! (a few hundred kB), so gradients flow back to those parameters, a model trains the same either
-//! way, and checkpoints do not depend on the path. These functions assume the configuration
+//! way (up to float rounding: sums are grouped differently), and checkpoints do not depend on
+//! the path. These functions assume the configuration
 //! Tandem builds: biases, sigmoid / tanh activations, no clipping, GRU `reset_after`, Conv1d with
 //! stride 1, dilation 1, one group and no padding.
 

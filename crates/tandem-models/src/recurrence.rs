@@ -83,8 +83,8 @@ type OneNode<B> = fn(Cell, Inputs<B>, bool) -> Tensor<B, 3>;
 /// `B`'s one-node path, if `B` is `Autodiff<I>` for an inner backend compiled into this crate.
 /// Flex computes the activations from `exp` (see [`Activations::Exp`]); the others keep their
 /// own: GPU backends because each `exp`-based activation would be more kernel launches, ndarray
-/// (the test suite's backend) because its SIMD `exp` rounds differently from Flex's, and the
-/// suite compares the two.
+/// (the test suite's backend) because with `exp`-based ones, built with its `simd` feature as
+/// the workspace builds it, two same-seed runs once differed.
 fn one_node<B: Backend>() -> Option<OneNode<B>> {
     let paths: &[(TypeId, OneNode<B>)] = &[
         path::<B, burn::backend::Flex>(Activations::Exp),

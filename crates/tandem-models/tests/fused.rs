@@ -5,12 +5,20 @@
 
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use tandem_models::recurrence::runs_as_one_node;
 use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
 const INPUT: InputSpec = InputSpec { vocab_size: 50, max_len: 12, num_classes: 4 };
+
+/// The backends' seeded RNG is process-global: the dropout test seeds it, and the other tests
+/// draw initial parameters from it, so they take turns.
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Each fusable shape, built stock (`fused = false`).
 fn stock_configs() -> Vec<ModelConfig> {
@@ -29,7 +37,7 @@ fn stock_configs() -> Vec<ModelConfig> {
 }
 
 /// Sequences with 12, 7 and 1 real tokens (padding zeroed by the embedding block).
-fn batch<B: burn::tensor::backend::Backend>() -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
+fn batch<B: Backend>() -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
     let device = Default::default();
     let mut ids = Vec::new();
     let mut pad = Vec::new();
@@ -80,6 +88,7 @@ fn inference_logits<B: AutodiffBackend>(model: &Classifier<B>) -> Vec<f32> {
 }
 
 fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
+    let _serial = serial();
     assert_eq!(runs_as_one_node::<B>(), one_node, "{}", std::any::type_name::<B>());
     let device = Default::default();
     for stock_config in stock_configs() {
@@ -112,4 +121,24 @@ fn fused_forward_passes_match_the_stock_modules_in_logits_and_every_gradient_on_
 #[test]
 fn fused_forward_passes_match_the_stock_modules_where_the_recurrence_is_ordinary_operations() {
     fused_matches_stock::<Autodiff<NdArray<f64>>>(false);
+}
+
+#[test]
+fn the_fused_encoder_layer_draws_its_dropouts_as_the_stock_layer_does() {
+    type B = Autodiff<NdArray>;
+    let _serial = serial();
+    let device = Default::default();
+    for norm_first in [true, false] {
+        let config = ModelConfig::Transformer(TransformerConfig { d_model: 8, heads: 2, layers: 2, d_ff: 12, embedding_dropout: 0.0, dropout: 0.3, norm_first, fused: false });
+        let stock: Classifier<B> = config.init(&INPUT, &device);
+        let fused: Classifier<B> = config.with_fused(true).init(&INPUT, &device).with_parameters_of(&stock);
+        let logits = |model: &Classifier<B>| {
+            B::seed(&device, 5);
+            let (tokens, mask) = batch::<B>();
+            model.forward(tokens, &mask).into_data().convert::<f32>().iter::<f32>().collect::<Vec<_>>()
+        };
+        let stock_logits = logits(&stock);
+        assert_close(&format!("norm_first = {norm_first}: logits with dropout"), &stock_logits, &logits(&fused));
+        assert_ne!(stock_logits, inference_logits(&stock), "dropout should change the logits, or the test proves nothing");
+    }
 }
