@@ -8,8 +8,10 @@
 //! Every backend compiled in is measured; a GPU backend whose device 0 does not start is
 //! skipped with a message. GPU rows fill only the first thread-count column.
 //!
-//! Machines here are noisy (±25 % from one minute to the next), so each cell is measured in
-//! rounds: every round runs the four variants back to back (stock in a child process with glibc's
+//! Stock is Burn's modules and Burn's AdamW; Tandem is Tandem's fused modules and its optimizer
+//! (one-pass AdamW on CPU backends). Machines here are noisy (±25 % from one minute to the next),
+//! so each cell is measured in rounds: every round runs the four variants back to back (stock in
+//! a child process with glibc's
 //! default allocator (on a GPU backend, here), then stock, Tandem and Tandem + lazy embedding
 //! here, after `keep_freed_memory`), and the table gives the median over rounds of samples/s and of each
 //! round's ratio to its own stock baseline.
@@ -26,6 +28,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use tandem_models::{Architecture, InputSpec, ModelConfig};
 use tandem_train::testing::reference_model;
+use burn::optim::{AdamWConfig, Optimizer};
 use tandem_train::optim::AnyOptimizer;
 use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
 
@@ -41,14 +44,29 @@ struct Measured {
     optimizer_share: f64,
 }
 
+/// The optimizer of a variant.
+#[derive(Clone, Copy)]
+enum Optim {
+    /// Burn's own AdamW (tensor operations), for the stock baselines.
+    Burn,
+    /// Tandem's (one-pass AdamW on CPU backends), dense or lazy on the embedding.
+    Tandem(EmbeddingUpdate),
+}
+
 /// Full training steps within `budget` (at least 3 timed steps).
-fn measure<B: AutodiffBackend>(config: &ModelConfig, embedding_update: EmbeddingUpdate, budget: Duration) -> Measured {
+fn measure<B: AutodiffBackend>(config: &ModelConfig, optim: Optim, budget: Duration) -> Measured {
     let device = B::Device::default();
     B::seed(&device, 1);
     let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
     let mut model = config.init::<B>(&input, &device);
-    let train = TrainConfig { embedding_update, ..Default::default() };
-    let mut optimizer = AnyOptimizer::for_model(&train, &model);
+    let train = TrainConfig { embedding_update: if let Optim::Tandem(update) = optim { update } else { EmbeddingUpdate::Dense }, ..Default::default() };
+    let mut tandem = AnyOptimizer::for_model(&train, &model);
+    let mut burn = AdamWConfig::new()
+        .with_beta_1(train.beta1 as f32)
+        .with_beta_2(train.beta2 as f32)
+        .with_epsilon(train.epsilon as f32)
+        .with_weight_decay(train.weight_decay as f32)
+        .init::<B, tandem_models::Classifier<B>>();
     let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [BATCH, SEQ]), &device);
     let mask = Tensor::<B, 2, Int>::zeros([BATCH, SEQ], &device).equal_elem(1);
@@ -63,7 +81,10 @@ fn measure<B: AutodiffBackend>(config: &ModelConfig, embedding_update: Embedding
     let mut step = |model: tandem_models::Classifier<B>| {
         let (_, grads) = gradients(&model, batch());
         let started = Instant::now();
-        let model = optimizer.step(1e-3, model, grads);
+        let model = match optim {
+            Optim::Burn => burn.step(1e-3, model, grads),
+            Optim::Tandem(_) => tandem.step(1e-3, model, grads),
+        };
         optimizer_time.set(optimizer_time.get() + started.elapsed());
         model
     };
@@ -124,7 +145,7 @@ fn main() {
         .unwrap_or_else(|| if cores > 1 { vec![1, cores] } else { vec![1] });
     let wanted = |name: &str| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name));
     // (name, computes on the CPU, measure)
-    let mut backends: Vec<(&str, bool, fn(&ModelConfig, EmbeddingUpdate, Duration) -> Measured)> = Vec::new();
+    let mut backends: Vec<(&str, bool, fn(&ModelConfig, Optim, Duration) -> Measured)> = Vec::new();
     #[cfg(feature = "flex")]
     backends.push(("flex", true, measure::<Autodiff<burn::backend::Flex>>));
     #[cfg(feature = "ndarray")]
@@ -139,9 +160,9 @@ fn main() {
     }
     backends.retain(|(name, _, _)| wanted(name));
     let stock = |arch: Architecture| reference_model(arch).with_fused(false);
-    let run = |b: usize, threads: usize, config: &ModelConfig, update: EmbeddingUpdate, budget: Duration| {
+    let run = |b: usize, threads: usize, config: &ModelConfig, optim: Optim, budget: Duration| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-        pool.install(|| (backends[b].2)(config, update, budget))
+        pool.install(|| (backends[b].2)(config, optim, budget))
     };
 
     if let Some(cell) = child {
@@ -150,7 +171,7 @@ fn main() {
         let fields: Vec<&str> = cell.split(',').collect();
         let arch = *Architecture::ALL.iter().find(|a| a.name() == fields[0]).expect("a known architecture");
         let b = backends.iter().position(|(name, _, _)| *name == fields[1]).expect("a compiled backend");
-        let m = run(b, fields[2].parse().expect("a thread count"), &stock(arch), EmbeddingUpdate::Dense, budget);
+        let m = run(b, fields[2].parse().expect("a thread count"), &stock(arch), Optim::Burn, budget);
         println!("{} {}", m.samples_per_second, m.optimizer_share);
         return;
     }
@@ -173,9 +194,9 @@ fn main() {
     };
 
     println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
-    println!("stock: Burn's own Conv1d / LSTM / GRU / encoder forward and dense AdamW, in a process with glibc's");
+    println!("stock: Burn's own Conv1d / LSTM / GRU / encoder forward and Burn's AdamW, in a process with glibc's");
     println!("default allocation thresholds; kept memory: the same after `tandem_train::keep_freed_memory`;");
-    println!("Tandem: its fused modules (same parameters), with kept memory; lazy embedding: AdamW only on the");
+    println!("Tandem: its fused modules (same parameters) and one-pass AdamW, with kept memory; lazy embedding: AdamW only on the");
     println!("embedding rows of the batch. Medians of {rounds} interleaved rounds; ratios are medians of each round's");
     println!("ratio to its own stock run. In brackets (CPU backends): the share of the step spent in AdamW\n");
     print!("| architecture | backend |");
@@ -204,11 +225,11 @@ fn main() {
                     measured[0].push(if *cpu {
                         baseline_in_child(*arch, b, threads, round_budget)
                     } else {
-                        run(b, threads, &stock(*arch), EmbeddingUpdate::Dense, round_budget)
+                        run(b, threads, &stock(*arch), Optim::Burn, round_budget)
                     });
-                    measured[1].push(run(b, threads, &stock(*arch), EmbeddingUpdate::Dense, round_budget));
-                    measured[2].push(run(b, threads, &tandem, EmbeddingUpdate::Dense, round_budget));
-                    measured[3].push(run(b, threads, &tandem, EmbeddingUpdate::Lazy, round_budget));
+                    measured[1].push(run(b, threads, &stock(*arch), Optim::Burn, round_budget));
+                    measured[2].push(run(b, threads, &tandem, Optim::Tandem(EmbeddingUpdate::Dense), round_budget));
+                    measured[3].push(run(b, threads, &tandem, Optim::Tandem(EmbeddingUpdate::Lazy), round_budget));
                 }
                 let cell = |runs: &[Measured]| {
                     let speed = median(runs.iter().map(|m| m.samples_per_second).collect());

@@ -8,8 +8,8 @@
 //! - the input projection of every time step is one matmul, and the time loop (one matmul of `h`
 //!   by all gates' hidden weights per step) is one autodiff operation with a hand-written
 //!   backward pass ([`crate::recurrence`]);
-//! - the CNN's convolutions of every width are one im2col matmul: windows of the widest kernel,
-//!   narrower kernels zero-padded to that width, −∞ where a kernel would run past the end;
+//! - the CNN's convolutions of every width and their max pooling are one operation
+//!   ([`crate::conv_max`]) whose backward uses that each maximum came from one window;
 //! - a Transformer encoder layer runs every linear layer on `[batch × seq, features]` rows. Burn
 //!   applies a `Linear` to a 3-D input as a *batched* matmul, so its weight gradient is one small
 //!   matmul per sample, summed afterwards (a `[batch, in, out]` intermediate); on rows it is one
@@ -31,8 +31,9 @@ use burn::nn::transformer::{PositionWiseFeedForward, TransformerEncoderLayer};
 use burn::nn::{GateController, Linear};
 use burn::tensor::activation::{quiet_softmax, relu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Tensor, TensorData};
+use burn::tensor::{Bool, Tensor};
 
+use crate::conv_max::{conv_max, Widths};
 use crate::recurrence::{recurrence, Cell};
 
 /// A stock layer's parameters laid side by side: `[d_in, gates × hidden]` input weights,
@@ -100,23 +101,14 @@ pub fn bi_gru<B: Backend>(bi: &BiGru<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
 }
 
 /// `[batch, seq, channels]` → `[batch, filters × widths]`: every convolution → max over the
-/// positions where its kernel fits → ReLU (ReLU commutes with max, so it runs on the pooled values).
+/// positions where its kernel fits → ReLU (ReLU commutes with max, so it runs on the pooled
+/// values), as one [`conv_max`] over the kernels side by side.
 pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 2> {
-    let [batch, seq, channels] = x.dims();
+    let channels = x.dims()[2];
     let device = x.device();
+    let widths = Widths(convs.iter().map(|c| (c.kernel_size, c.weight.dims()[0])).collect());
     let widest = convs.iter().map(|c| c.kernel_size).max().expect("at least one convolution");
-    let narrowest = convs.iter().map(|c| c.kernel_size).min().expect("at least one convolution");
-    // Zeros after the end let the widest window start wherever the narrowest one fits.
-    let x = match widest - narrowest {
-        0 => x,
-        extra => Tensor::cat(vec![x, Tensor::zeros([batch, extra, channels], &device)], 1),
-    };
-    let positions = seq - narrowest + 1;
-    // Window k of every position is the sequence shifted by k; side by side they give one row of
-    // `widest × channels` per position, position-major, so that each copy is a run of `channels`
-    // values (channel-major, as Conv1d's weight is laid out, the copies would be single values).
-    let shifted = (0..widest).map(|k| x.clone().narrow(1, k, positions)).collect();
-    let windows = Tensor::cat(shifted, 2).reshape([batch * positions, widest * channels]);
+    // Column f of a width-w kernel: row k × channels + c = offset k, channel c; zeros past w.
     let weight = Tensor::cat(
         convs
             .iter()
@@ -129,20 +121,9 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
             .collect(),
         1,
     );
-    let total: usize = convs.iter().map(|c| c.weight.dims()[0]).sum();
-    // −∞ where a kernel would run past the end, so the max over positions never picks it.
-    let mut outside = Vec::with_capacity(positions * total);
-    for p in 0..positions {
-        for c in convs {
-            outside.extend(std::iter::repeat_n(if p + c.kernel_size > seq { f32::NEG_INFINITY } else { 0.0 }, c.weight.dims()[0]));
-        }
-    }
-    let outside = Tensor::<B, 2>::from_data(TensorData::new(outside, [positions, total]), &device);
-    // Added as one shared row per sample: CPU backends broadcast that in a vectorised loop.
-    let out = (windows.matmul(weight).reshape([batch, positions * total]) + outside.reshape([1, positions * total])).reshape([batch, positions, total]);
-    // Bias after the max: max(y + b) = max(y) + b, on `total` values per sample instead of per position.
+    // Bias after the max: max(y + b) = max(y) + b, on `filters` values per sample instead of per position.
     let bias = Tensor::cat(convs.iter().map(|c| c.bias.as_ref().expect("Tandem builds convolutions with biases").val()).collect(), 0);
-    relu(out.max_dim(1).squeeze_dim(1) + bias.unsqueeze())
+    relu(conv_max(x, weight, &widths) + bias.unsqueeze())
 }
 
 /// `[batch, seq, d_model]` → `[batch, seq, d_model]` through `layer`'s parameters, as Burn's

@@ -9,6 +9,8 @@
 mod blocks;
 mod classifier;
 mod config;
+pub mod conv_max;
+mod dispatch;
 pub mod fused;
 pub mod recurrence;
 

@@ -13,14 +13,13 @@
 //! with ordinary (tracked) tensor operations as one large matmul, and this operation takes it as its
 //! input `projected`.
 //!
-//! Burn 0.21 has no stable way to give a generic `B: Backend` a custom autodiff op without making
-//! every model carry an extra trait bound, so [`recurrence`] checks at run time whether `B` is
+//! [`recurrence`] checks at run time ([`crate::dispatch`]) whether `B` is
 //! `Autodiff<I>` for one of the inner backends compiled into this crate (Flex, ndarray, and wgpu /
 //! CUDA with the features of those names) and takes the fast path there. On any other backend it
 //! runs the same loop with ordinary tensor operations: on a plain backend (inference) that is
 //! exactly what is wanted, on another autodiff backend it is correct, only slower.
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -29,6 +28,8 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
+
+use crate::dispatch::same_type;
 
 /// The recurrent cell, with its gate layout along the last axis of `projected`, `weight` and `bias`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,13 +113,6 @@ struct Inputs<B: Backend> {
     projected: Tensor<B, 3>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
-}
-
-/// `value` as a `T`; `A` and `T` must be the same type.
-fn same_type<A: 'static, T: 'static>(value: A) -> T {
-    let mut slot = Some(value);
-    let cast = (&mut slot as &mut dyn Any).downcast_mut::<Option<T>>().expect("checked by `one_node`: the types are the same");
-    cast.take().expect("the slot was filled above")
 }
 
 /// The one-node path for `B` = `Autodiff<I>`; `FROM_EXP` picks [`Activations::Exp`].

@@ -90,6 +90,7 @@ fn inference_logits<B: AutodiffBackend>(model: &Classifier<B>) -> Vec<f32> {
 fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
     let _serial = serial();
     assert_eq!(runs_as_one_node::<B>(), one_node, "{}", std::any::type_name::<B>());
+    assert_eq!(tandem_models::conv_max::has_own_backward::<B>(), one_node, "{}", std::any::type_name::<B>());
     let device = Default::default();
     for stock_config in stock_configs() {
         let stock: Classifier<B> = stock_config.init(&INPUT, &device);

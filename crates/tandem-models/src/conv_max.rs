@@ -1,0 +1,265 @@
+//! Convolutions of several widths, each followed by a max over the positions where its kernel
+//! fits, as **one operation** with a hand-written backward pass on the CPU backends.
+//!
+//! Max pooling passes each (sample, filter) gradient to a single position, so the gradients of
+//! the convolution are sparse: one window per (sample, filter). Burn's autodiff does not know
+//! that, and runs the backward of the im2col matmul as two dense matmuls (window gradients and
+//! weight gradients over every position), plus the backward of the window construction (a
+//! zero-filled input-sized tensor per kernel offset). Here the backward adds, per (sample,
+//! filter), one window scaled by its gradient to that filter's weight gradient and the filter's
+//! weights to the window's inputs: `batch × filters × width × channels` multiply-adds in all,
+//! about 1/positions of the dense matmuls.
+//!
+//! On `Autodiff<I>` for a CPU backend `I` compiled into this crate (Flex, ndarray) the operation
+//! is one autodiff node; on those backends without autodiff it runs the same forward pass; on any
+//! other backend (GPUs) it runs as ordinary tensor operations. The forward pass is the same
+//! everywhere: windows of the widest kernel (zeros past the end), one matmul per width over the
+//! columns that width uses, max over the positions where the kernel fits.
+
+use std::any::TypeId;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+
+use crate::dispatch::same_type;
+
+/// The kernel width and filter count of each convolution, in the order of the weight's columns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Widths(pub Vec<(usize, usize)>);
+
+impl Widths {
+    fn widest(&self) -> usize {
+        self.0.iter().map(|&(w, _)| w).max().expect("at least one convolution")
+    }
+
+    fn narrowest(&self) -> usize {
+        self.0.iter().map(|&(w, _)| w).min().expect("at least one convolution")
+    }
+
+    fn filters(&self) -> usize {
+        self.0.iter().map(|&(_, f)| f).sum()
+    }
+
+    /// Each convolution's width, filter count and first column.
+    fn columns(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        self.0.iter().scan(0, |first, &(w, f)| {
+            *first += f;
+            Some((w, f, *first - f))
+        })
+    }
+}
+
+/// `x` (`[batch, seq, channels]`) through convolutions without bias whose weights are the
+/// columns of `weight` (`[widest × channels, filters]`, row `k × channels + c` = kernel offset
+/// `k`, channel `c`; rows past a narrower kernel's width are ignored), then the max over the
+/// positions where each kernel fits: `[batch, filters]`.
+pub fn conv_max<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -> Tensor<B, 2> {
+    let [_, seq, channels] = x.dims();
+    assert!(
+        seq >= widths.widest() && weight.dims() == [widths.widest() * channels, widths.filters()],
+        "conv_max: {:?} input, {:?} weight for widths {widths:?}",
+        x.dims(),
+        weight.dims()
+    );
+    type Path<B> = fn(Tensor<B, 3>, Tensor<B, 2>, &Widths) -> Tensor<B, 2>;
+    let paths: [(TypeId, Path<B>); 4] = [
+        (TypeId::of::<Autodiff<Flex>>(), |x, w, widths| same_type(tracked::<Flex>(same_type(x), same_type(w), widths))),
+        (TypeId::of::<Autodiff<NdArray>>(), |x, w, widths| same_type(tracked::<NdArray>(same_type(x), same_type(w), widths))),
+        (TypeId::of::<Flex>(), |x, w, widths| forward(x, w, widths).0),
+        (TypeId::of::<NdArray>(), |x, w, widths| forward(x, w, widths).0),
+    ];
+    match paths.iter().find(|(id, _)| *id == TypeId::of::<B>()) {
+        Some((_, run)) => run(x, weight, widths),
+        None => ordinary(x, weight, widths),
+    }
+}
+
+/// Whether [`conv_max`] runs with its own backward pass on `B`.
+pub fn has_own_backward<B: Backend>() -> bool {
+    [TypeId::of::<Autodiff<Flex>>(), TypeId::of::<Autodiff<NdArray>>()].contains(&TypeId::of::<B>())
+}
+
+/// The same maths as ordinary tensor operations (GPU backends): the windows as one `cat` of
+/// shifted views, one matmul, −∞ where a kernel would run past the end, max over positions.
+fn ordinary<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -> Tensor<B, 2> {
+    let [batch, seq, channels] = x.dims();
+    let device = x.device();
+    let (widest, narrowest, filters) = (widths.widest(), widths.narrowest(), widths.filters());
+    // Zeros after the end let the widest window start wherever the narrowest one fits.
+    let x = match widest - narrowest {
+        0 => x,
+        extra => Tensor::cat(vec![x, Tensor::zeros([batch, extra, channels], &device)], 1),
+    };
+    let positions = seq - narrowest + 1;
+    // Window k of every position is the sequence shifted by k; side by side they give one row of
+    // `widest × channels` per position, position-major (each copy a run of `channels` values).
+    let shifted = (0..widest).map(|k| x.clone().narrow(1, k, positions)).collect();
+    let windows = Tensor::cat(shifted, 2).reshape([batch * positions, widest * channels]);
+    let mut outside = Vec::with_capacity(positions * filters);
+    for p in 0..positions {
+        for &(width, count) in &widths.0 {
+            outside.extend(std::iter::repeat_n(if p + width > seq { f32::NEG_INFINITY } else { 0.0 }, count));
+        }
+    }
+    let outside = Tensor::<B, 2>::from_data(TensorData::new(outside, [positions, filters]), &device);
+    // Added as one shared row per sample: CPU backends broadcast that in a vectorised loop.
+    let out = (windows.matmul(weight).reshape([batch, positions * filters]) + outside.reshape([1, positions * filters])).reshape([batch, positions, filters]);
+    out.max_dim(1).squeeze_dim(1)
+}
+
+/// What the backward pass needs: the input, the weight, and the position each (sample, filter)
+/// maximum came from.
+#[derive(Clone, Debug)]
+struct Saved {
+    x: TensorData,
+    weight: TensorData,
+    widths: Widths,
+    argmax: Vec<u32>,
+}
+
+/// `tensor`'s values as f32 on the host (no copy for a uniquely owned contiguous f32 Flex tensor).
+fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
+    let data = tensor.into_data();
+    if data.dtype == burn::tensor::DType::F32 { data } else { data.convert::<f32>() }
+}
+
+fn slice(data: &TensorData) -> &[f32] {
+    data.as_slice::<f32>().expect("converted to f32 by `host`")
+}
+
+/// The forward pass on a CPU backend: the pooled maxima and what the backward pass needs.
+fn forward<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -> (Tensor<B, 2>, Saved) {
+    let [batch, seq, channels] = x.dims();
+    let device = x.device();
+    let (widest, filters) = (widths.widest(), widths.filters());
+    let positions = seq - widths.narrowest() + 1;
+    let x = host(x);
+    // Position-major windows: row (b, p) = x[b, p .. p + widest], zeros past the end.
+    let row = widest * channels;
+    let mut windows = Vec::with_capacity(batch * positions * row);
+    for sample in slice(&x).chunks_exact(seq * channels) {
+        for p in 0..positions {
+            let inside = &sample[p * channels..(p + widest).min(seq) * channels];
+            windows.extend_from_slice(inside);
+            windows.resize(windows.len() + row - inside.len(), 0.0);
+        }
+    }
+    let windows = Tensor::<B, 2>::from_data(TensorData::new(windows, [batch * positions, row]), &device);
+    let mut pooled = vec![0f32; batch * filters];
+    let mut argmax = vec![0u32; batch * filters];
+    for (width, count, first) in widths.columns() {
+        // Only the columns this width uses: its own weights, no zero padding.
+        let used = width * channels;
+        let out = windows.clone().narrow(1, 0, used).matmul(weight.clone().narrow(0, 0, used).narrow(1, first, count));
+        let out = host(out);
+        let out = slice(&out);
+        let fits = seq - width + 1;
+        for b in 0..batch {
+            let best = &mut pooled[b * filters + first..][..count];
+            let at = &mut argmax[b * filters + first..][..count];
+            best.copy_from_slice(&out[b * positions * count..][..count]);
+            at.fill(0);
+            for p in 1..fits {
+                let values = &out[(b * positions + p) * count..][..count];
+                for ((best, at), &v) in best.iter_mut().zip(at.iter_mut()).zip(values) {
+                    if v > *best {
+                        *best = v;
+                        *at = p as u32;
+                    }
+                }
+            }
+        }
+    }
+    let pooled = Tensor::from_data(TensorData::new(pooled, [batch, filters]), &device);
+    (pooled, Saved { x, weight: host(weight), widths: widths.clone(), argmax })
+}
+
+impl Saved {
+    /// The gradients of `x` and `weight` from the gradient of the pooled maxima.
+    fn backward(self, grad: &[f32]) -> (TensorData, TensorData) {
+        let [batch, seq, channels] = self.x.shape[..] else { unreachable!("a 3-D input") };
+        let x = slice(&self.x);
+        let (widest, filters) = (self.widths.widest(), self.widths.filters());
+        let row = widest * channels;
+        // The weight transposed, `[filters, widest × channels]`, so each filter's kernel is a row.
+        let weight = slice(&self.weight);
+        let mut kernels = vec![0f32; filters * row];
+        for (r, values) in weight.chunks_exact(filters).enumerate() {
+            for (f, &v) in values.iter().enumerate() {
+                kernels[f * row + r] = v;
+            }
+        }
+        let mut grad_x = vec![0f32; batch * seq * channels];
+        let mut grad_kernels = vec![0f32; filters * row];
+        for (width, count, first) in self.widths.columns() {
+            let used = width * channels;
+            for b in 0..batch {
+                for f in first..first + count {
+                    let g = grad[b * filters + f];
+                    if g == 0.0 {
+                        continue; // ReLU cut it, or nothing depends on it
+                    }
+                    let start = (b * seq + self.argmax[b * filters + f] as usize) * channels;
+                    // The window that won: its inputs get the kernel, the kernel gets the window.
+                    add_scaled(&mut grad_kernels[f * row..][..used], g, &x[start..start + used]);
+                    add_scaled(&mut grad_x[start..start + used], g, &kernels[f * row..][..used]);
+                }
+            }
+        }
+        let mut grad_weight = vec![0f32; row * filters];
+        for (f, values) in grad_kernels.chunks_exact(row).enumerate() {
+            for (r, &v) in values.iter().enumerate() {
+                grad_weight[r * filters + f] = v;
+            }
+        }
+        (TensorData::new(grad_x, [batch, seq, channels]), TensorData::new(grad_weight, [row, filters]))
+    }
+}
+
+/// `into += scale × values`.
+fn add_scaled(into: &mut [f32], scale: f32, values: &[f32]) {
+    for (into, v) in into.iter_mut().zip(values) {
+        *into += scale * v;
+    }
+}
+
+/// Runs the forward pass on `I` and registers one autodiff node for it.
+fn tracked<I: Backend>(x: Tensor<Autodiff<I>, 3>, weight: Tensor<Autodiff<I>, 2>, widths: &Widths) -> Tensor<Autodiff<I>, 2> {
+    let (x, weight) = (x.into_primitive().tensor(), weight.into_primitive().tensor());
+    let run = || forward::<I>(Tensor::from_primitive(TensorPrimitive::Float(x.primitive)), Tensor::from_primitive(TensorPrimitive::Float(weight.primitive)), widths);
+    let output = match ConvMaxBackward.prepare::<NoCheckpointing>([x.node, weight.node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (pooled, saved) = run();
+            prep.finish(saved, pooled.into_primitive().tensor())
+        }
+        OpsKind::UnTracked(prep) => prep.finish(run().0.into_primitive().tensor()),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(output))
+}
+
+/// The autodiff node of one [`conv_max`].
+#[derive(Debug)]
+struct ConvMaxBackward;
+
+impl<I: Backend> Backward<I, 2> for ConvMaxBackward {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Saved, 2>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let grad = Tensor::<I, 2>::from_primitive(TensorPrimitive::Float(grads.consume::<I>(&ops.node)));
+        let device = grad.device();
+        let grad = host(grad);
+        let (grad_x, grad_weight) = ops.state.backward(slice(&grad));
+        let [x_node, weight_node] = ops.parents;
+        if let Some(node) = x_node {
+            grads.register::<I>(node.id, Tensor::<I, 3>::from_data(grad_x, &device).into_primitive().tensor());
+        }
+        if let Some(node) = weight_node {
+            grads.register::<I>(node.id, Tensor::<I, 2>::from_data(grad_weight, &device).into_primitive().tensor());
+        }
+    }
+}
