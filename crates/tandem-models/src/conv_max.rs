@@ -26,7 +26,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::same_type;
+use crate::dispatch::{host_f32, same_type, values};
 
 /// The kernel width and filter count of each convolution, in the order of the weight's columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl Widths {
 
 /// `x` (`[batch, seq, channels]`) through convolutions without bias whose weights are the
 /// columns of `weight` (`[widest × channels, filters]`, row `k × channels + c` = kernel offset
-/// `k`, channel `c`; rows past a narrower kernel's width are ignored), then the max over the
+/// `k`, channel `c`; zero past a narrower kernel's width), then the max over the
 /// positions where each kernel fits: `[batch, filters]`.
 pub fn conv_max<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -> Tensor<B, 2> {
     let [_, seq, channels] = x.dims();
@@ -122,27 +122,17 @@ struct Saved {
     argmax: Vec<u32>,
 }
 
-/// `tensor`'s values as f32 on the host (no copy for a uniquely owned contiguous f32 Flex tensor).
-fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
-    let data = tensor.into_data();
-    if data.dtype == burn::tensor::DType::F32 { data } else { data.convert::<f32>() }
-}
-
-fn slice(data: &TensorData) -> &[f32] {
-    data.as_slice::<f32>().expect("converted to f32 by `host`")
-}
-
 /// The forward pass on a CPU backend: the pooled maxima and what the backward pass needs.
 fn forward<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -> (Tensor<B, 2>, Saved) {
     let [batch, seq, channels] = x.dims();
     let device = x.device();
     let (widest, filters) = (widths.widest(), widths.filters());
     let positions = seq - widths.narrowest() + 1;
-    let x = host(x);
+    let x = host_f32(x);
     // Position-major windows: row (b, p) = x[b, p .. p + widest], zeros past the end.
     let row = widest * channels;
     let mut windows = Vec::with_capacity(batch * positions * row);
-    for sample in slice(&x).chunks_exact(seq * channels) {
+    for sample in values(&x).chunks_exact(seq * channels) {
         for p in 0..positions {
             let inside = &sample[p * channels..(p + widest).min(seq) * channels];
             windows.extend_from_slice(inside);
@@ -156,8 +146,8 @@ fn forward<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -
         // Only the columns this width uses: its own weights, no zero padding.
         let used = width * channels;
         let out = windows.clone().narrow(1, 0, used).matmul(weight.clone().narrow(0, 0, used).narrow(1, first, count));
-        let out = host(out);
-        let out = slice(&out);
+        let out = host_f32(out);
+        let out = values(&out);
         let fits = seq - width + 1;
         for b in 0..batch {
             let best = &mut pooled[b * filters + first..][..count];
@@ -176,18 +166,18 @@ fn forward<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -
         }
     }
     let pooled = Tensor::from_data(TensorData::new(pooled, [batch, filters]), &device);
-    (pooled, Saved { x, weight: host(weight), widths: widths.clone(), argmax })
+    (pooled, Saved { x, weight: host_f32(weight), widths: widths.clone(), argmax })
 }
 
 impl Saved {
     /// The gradients of `x` and `weight` from the gradient of the pooled maxima.
     fn backward(self, grad: &[f32]) -> (TensorData, TensorData) {
         let [batch, seq, channels] = self.x.shape[..] else { unreachable!("a 3-D input") };
-        let x = slice(&self.x);
+        let x = values(&self.x);
         let (widest, filters) = (self.widths.widest(), self.widths.filters());
         let row = widest * channels;
         // The weight transposed, `[filters, widest × channels]`, so each filter's kernel is a row.
-        let weight = slice(&self.weight);
+        let weight = values(&self.weight);
         let mut kernels = vec![0f32; filters * row];
         for (r, values) in weight.chunks_exact(filters).enumerate() {
             for (f, &v) in values.iter().enumerate() {
@@ -252,8 +242,8 @@ impl<I: Backend> Backward<I, 2> for ConvMaxBackward {
     fn backward(self, ops: Ops<Saved, 2>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let grad = Tensor::<I, 2>::from_primitive(TensorPrimitive::Float(grads.consume::<I>(&ops.node)));
         let device = grad.device();
-        let grad = host(grad);
-        let (grad_x, grad_weight) = ops.state.backward(slice(&grad));
+        let grad = host_f32(grad);
+        let (grad_x, grad_weight) = ops.state.backward(values(&grad));
         let [x_node, weight_node] = ops.parents;
         if let Some(node) = x_node {
             grads.register::<I>(node.id, Tensor::<I, 3>::from_data(grad_x, &device).into_primitive().tensor());

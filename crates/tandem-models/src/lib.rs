@@ -13,6 +13,7 @@ pub mod conv_max;
 mod dispatch;
 pub mod fused;
 pub mod recurrence;
+mod recurrence_host;
 
 pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
 pub use classifier::{Classifier, CutError};

@@ -30,6 +30,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::dispatch::same_type;
+use crate::recurrence_host::{self, HostTape};
 
 /// The recurrent cell, with its gate layout along the last axis of `projected`, `weight` and `bias`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +69,14 @@ pub fn recurrence<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tenso
     let inputs = Inputs { projected, weight, bias };
     match one_node::<B>() {
         Some(run) => run(cell, inputs, reverse),
-        None => forward(cell, inputs, reverse, false, Activations::Native).0,
+        None if on_cpu::<B>() => recurrence_host::forward(cell, inputs.projected, inputs.weight, inputs.bias, reverse, false).0,
+        None => forward(cell, inputs, reverse, false).0,
     }
+}
+
+/// Whether `B` is a CPU backend without autodiff whose loop runs in host memory (inference).
+fn on_cpu<B: Backend>() -> bool {
+    [TypeId::of::<burn::backend::Flex>(), TypeId::of::<burn::backend::NdArray>()].contains(&TypeId::of::<B>())
 }
 
 /// Whether [`recurrence`] runs as one autodiff node on `B` (`B` is `Autodiff<I>` for an inner
@@ -82,27 +89,34 @@ pub fn runs_as_one_node<B: Backend>() -> bool {
 type OneNode<B> = fn(Cell, Inputs<B>, bool) -> Tensor<B, 3>;
 
 /// `B`'s one-node path, if `B` is `Autodiff<I>` for an inner backend compiled into this crate.
-/// Flex computes the activations from `exp` (see [`Activations::Exp`]); the others keep their
-/// own: GPU backends because each `exp`-based activation would be more kernel launches, ndarray
-/// (the test suite's backend) because with `exp`-based ones, built with its `simd` feature as
-/// the workspace builds it, two same-seed runs once differed.
+/// CPU backends run the loop's arithmetic in host memory ([`recurrence_host`]); GPU backends as
+/// tensor operations (host memory would cost a round trip per step).
 fn one_node<B: Backend>() -> Option<OneNode<B>> {
     let paths: &[(TypeId, OneNode<B>)] = &[
-        path::<B, burn::backend::Flex>(Activations::Exp),
-        path::<B, burn::backend::NdArray>(Activations::Native),
+        path::<B, burn::backend::Flex>(Loop::Host),
+        path::<B, burn::backend::NdArray>(Loop::Host),
         #[cfg(feature = "wgpu")]
-        path::<B, burn::backend::Wgpu>(Activations::Native),
+        path::<B, burn::backend::Wgpu>(Loop::Tensors),
         #[cfg(feature = "cuda")]
-        path::<B, burn::backend::Cuda>(Activations::Native),
+        path::<B, burn::backend::Cuda>(Loop::Tensors),
     ];
     paths.iter().find(|(id, _)| *id == TypeId::of::<B>()).map(|&(_, run)| run)
 }
 
-/// The one-node path of `Autodiff<I>` with `activations`.
-fn path<B: Backend, I: Backend>(activations: Activations) -> (TypeId, OneNode<B>) {
-    let run: OneNode<B> = match activations {
-        Activations::Exp => on_autodiff::<B, I, true>,
-        Activations::Native => on_autodiff::<B, I, false>,
+/// Where the one-node loop's arithmetic runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loop {
+    /// In host memory, one pass per step ([`recurrence_host`]).
+    Host,
+    /// As tensor operations on the backend ([`forward`]).
+    Tensors,
+}
+
+/// The one-node path of `Autodiff<I>` with its loop run `how`.
+fn path<B: Backend, I: Backend>(how: Loop) -> (TypeId, OneNode<B>) {
+    let run: OneNode<B> = match how {
+        Loop::Host => on_autodiff::<B, I, true>,
+        Loop::Tensors => on_autodiff::<B, I, false>,
     };
     (TypeId::of::<Autodiff<I>>(), run)
 }
@@ -115,14 +129,13 @@ struct Inputs<B: Backend> {
     bias: Tensor<B, 1>,
 }
 
-/// The one-node path for `B` = `Autodiff<I>`; `FROM_EXP` picks [`Activations::Exp`].
-fn on_autodiff<B: Backend, I: Backend, const FROM_EXP: bool>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Tensor<B, 3> {
-    let activations = if FROM_EXP { Activations::Exp } else { Activations::Native };
-    same_type(tracked::<I>(cell, same_type(inputs), reverse, activations))
+/// The one-node path for `B` = `Autodiff<I>`; `HOST` picks [`Loop::Host`].
+fn on_autodiff<B: Backend, I: Backend, const HOST: bool>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Tensor<B, 3> {
+    same_type(tracked::<I>(cell, same_type(inputs), reverse, if HOST { Loop::Host } else { Loop::Tensors }))
 }
 
 /// Runs the loop on `I` and registers one autodiff node for it.
-fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, activations: Activations) -> Tensor<Autodiff<I>, 3> {
+fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, how: Loop) -> Tensor<Autodiff<I>, 3> {
     let [projected, weight, bias] = [
         inputs.projected.into_primitive().tensor(),
         inputs.weight.into_primitive().tensor(),
@@ -133,13 +146,22 @@ fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, a
         weight: Tensor::from_primitive(TensorPrimitive::Float(weight.primitive)),
         bias: Tensor::from_primitive(TensorPrimitive::Float(bias.primitive)),
     };
-    let op = RecurrenceBackward;
-    let output = match op.prepare::<NoCheckpointing>([projected.node, weight.node, bias.node]).compute_bound().stateful() {
+    let run = |record: bool| match how {
+        Loop::Host => {
+            let (hidden, tape) = recurrence_host::forward(cell, inner.projected, inner.weight, inner.bias, reverse, record);
+            (hidden, tape.map(Taped::Host))
+        }
+        Loop::Tensors => {
+            let (hidden, tape) = forward(cell, inner, reverse, record);
+            (hidden, tape.map(Taped::Tensors))
+        }
+    };
+    let output = match RecurrenceBackward.prepare::<NoCheckpointing>([projected.node, weight.node, bias.node]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
-            let (hidden, tape) = forward(cell, inner, reverse, true, activations);
+            let (hidden, tape) = run(true);
             prep.finish(tape.expect("recorded"), hidden.into_primitive().tensor())
         }
-        OpsKind::UnTracked(prep) => prep.finish(forward(cell, inner, reverse, false, activations).0.into_primitive().tensor()),
+        OpsKind::UnTracked(prep) => prep.finish(run(false).0.into_primitive().tensor()),
     };
     Tensor::from_primitive(TensorPrimitive::Float(output))
 }
@@ -149,11 +171,17 @@ fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, a
 struct RecurrenceBackward;
 
 impl<I: Backend> Backward<I, 3> for RecurrenceBackward {
-    type State = Tape<I>;
+    type State = Taped<I>;
 
-    fn backward(self, ops: Ops<Tape<I>, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+    fn backward(self, ops: Ops<Taped<I>, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let grad = Tensor::<I, 3>::from_primitive(TensorPrimitive::Float(grads.consume::<I>(&ops.node)));
-        let Inputs { projected, weight, bias } = ops.state.backward(grad);
+        let Inputs { projected, weight, bias } = match ops.state {
+            Taped::Tensors(tape) => tape.backward(grad),
+            Taped::Host(tape) => {
+                let (projected, weight, bias) = tape.backward(grad);
+                Inputs { projected, weight, bias }
+            }
+        };
         let [projected_node, weight_node, bias_node] = ops.parents;
         if let Some(node) = projected_node {
             grads.register::<I>(node.id, projected.into_primitive().tensor());
@@ -165,6 +193,13 @@ impl<I: Backend> Backward<I, 3> for RecurrenceBackward {
             grads.register::<I>(node.id, bias.into_primitive().tensor());
         }
     }
+}
+
+/// The tape of either loop.
+#[derive(Clone, Debug)]
+enum Taped<B: Backend> {
+    Tensors(Tape<B>),
+    Host(HostTape<B>),
 }
 
 /// What the backward pass needs of the forward pass: the hidden weight, and per step (in the order
@@ -202,7 +237,7 @@ enum StepTape<B: Backend> {
 }
 
 /// The steps of `seq` in the order they run.
-fn order(seq: usize, reverse: bool) -> Vec<usize> {
+pub(crate) fn order(seq: usize, reverse: bool) -> Vec<usize> {
     if reverse {
         (0..seq).rev().collect()
     } else {
@@ -210,32 +245,12 @@ fn order(seq: usize, reverse: bool) -> Vec<usize> {
     }
 }
 
-/// How the time loop computes its sigmoids and tanhs.
-#[derive(Clone, Copy, Debug)]
-enum Activations {
-    /// The backend's own `sigmoid` and `tanh`.
-    Native,
-    /// From `exp`: `σ(x) = 1 / (1 + e^−x)`, `tanh x = 2σ(2x) − 1`. CPU backends run `exp` 3–4×
-    /// faster than their own sigmoid and over 10× faster than their `tanh` (scalar libm calls),
-    /// and the activations are a large share of the loop's cost. Only on the untracked inner
-    /// backend: under autodiff, `e^−x` overflowing to ∞ would give a NaN gradient.
-    Exp,
+fn sigmoid<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    burn::tensor::activation::sigmoid(x)
 }
 
-impl Activations {
-    fn sigmoid<B: Backend>(self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        match self {
-            Activations::Native => burn::tensor::activation::sigmoid(x),
-            Activations::Exp => x.neg().exp().add_scalar(1.0).recip(),
-        }
-    }
-
-    fn tanh<B: Backend>(self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        match self {
-            Activations::Native => x.tanh(),
-            Activations::Exp => self.sigmoid(x.mul_scalar(2.0)).mul_scalar(2.0).add_scalar(-1.0),
-        }
-    }
+fn tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    x.tanh()
 }
 
 /// `1 − x²`: the derivative of `tanh` from its output.
@@ -273,7 +288,7 @@ fn sequence<B: Backend>(steps: Vec<Tensor<B, 2>>) -> Tensor<B, 3> {
 }
 
 /// The time loop; with `record`, also the tape for the backward pass.
-fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: bool, activations: Activations) -> (Tensor<B, 3>, Option<Tape<B>>) {
+fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: bool) -> (Tensor<B, 3>, Option<Tape<B>>) {
     let Inputs { projected, weight, bias } = inputs;
     let [batch, seq, width] = projected.dims();
     let hidden = width / cell.gates();
@@ -292,21 +307,21 @@ fn forward<B: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool, record: boo
         let (next, tape) = match cell {
             Cell::Lstm => {
                 let gates = recurrent + inputs[t].clone();
-                let ifo = activations.sigmoid(gate(&gates, 0, 3));
-                let candidate = activations.tanh(gate(&gates, 3, 1));
+                let ifo = sigmoid(gate(&gates, 0, 3));
+                let candidate = tanh(gate(&gates, 3, 1));
                 let [i, f, o] = [0, 1, 2].map(|k| gate(&ifo, k, 1));
                 let next_c = f * c.clone() + i * candidate.clone();
-                let cell_tanh = activations.tanh(next_c.clone());
+                let cell_tanh = tanh(next_c.clone());
                 let next = o * cell_tanh.clone();
                 let tape = StepTape::Lstm { ifo, candidate, cell: std::mem::replace(&mut c, next_c), cell_tanh };
                 (next, tape)
             }
             Cell::Gru => {
                 let x = &inputs[t];
-                let zr = activations.sigmoid(gate(&recurrent, 0, 2) + gate(x, 0, 2));
+                let zr = sigmoid(gate(&recurrent, 0, 2) + gate(x, 0, 2));
                 let [z, r] = [0, 1].map(|k| gate(&zr, k, 1));
                 let hidden_new = gate(&recurrent, 2, 1);
-                let new = activations.tanh(r * hidden_new.clone() + gate(x, 2, 1));
+                let new = tanh(r * hidden_new.clone() + gate(x, 2, 1));
                 // (1 − z) · n + z · h, with one multiplication.
                 let next = new.clone() + z * (h.clone() - new.clone());
                 (next, StepTape::Gru { zr, hidden_new, new })
