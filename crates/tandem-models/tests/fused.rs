@@ -72,8 +72,8 @@ fn logits_and_gradients<B: AutodiffBackend>(model: &Classifier<B>) -> (Vec<f32>,
 }
 
 /// Equal within f32 rounding: 1e-4 of the largest value (at least 1). The recurrent layers' one-node
-/// path computes sigmoid and tanh from `exp` on Flex, which rounds differently from Burn's own
-/// (CI saw a gradient differ by 3e-5 relative on ndarray when it did so there too).
+/// path computes sigmoid and tanh from a polynomial `exp` on the CPU backends, which rounds
+/// differently from Burn's own (CI once saw a gradient differ by 3e-5 relative with `exp`-based ones).
 fn assert_close(what: &str, expected: &[f32], got: &[f32]) {
     assert_eq!(expected.len(), got.len(), "{what}: lengths differ");
     let scale = expected.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
