@@ -28,8 +28,8 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use tandem_models::{Architecture, InputSpec, ModelConfig};
 use tandem_train::testing::reference_model;
-use burn::optim::{AdamWConfig, Optimizer};
-use tandem_train::optim::AnyOptimizer;
+use burn::optim::Optimizer;
+use tandem_train::optim::{adamw_config, AnyOptimizer};
 use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
 
 const BATCH: usize = 64;
@@ -61,12 +61,7 @@ fn measure<B: AutodiffBackend>(config: &ModelConfig, optim: Optim, budget: Durat
     let mut model = config.init::<B>(&input, &device);
     let train = TrainConfig { embedding_update: if let Optim::Tandem(update) = optim { update } else { EmbeddingUpdate::Dense }, ..Default::default() };
     let mut tandem = AnyOptimizer::for_model(&train, &model);
-    let mut burn = AdamWConfig::new()
-        .with_beta_1(train.beta1 as f32)
-        .with_beta_2(train.beta2 as f32)
-        .with_epsilon(train.epsilon as f32)
-        .with_weight_decay(train.weight_decay as f32)
-        .init::<B, tandem_models::Classifier<B>>();
+    let mut burn = adamw_config(&train).init::<B, tandem_models::Classifier<B>>();
     let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [BATCH, SEQ]), &device);
     let mask = Tensor::<B, 2, Int>::zeros([BATCH, SEQ], &device).equal_elem(1);

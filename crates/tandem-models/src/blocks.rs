@@ -67,13 +67,18 @@ impl<B: Backend> Activation<B> {
     }
 }
 
+/// `[batch, seq]` float mask: 1 on real tokens, 0 on padding.
+fn keep_mask<B: Backend>(mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 2> {
+    mask_pad.clone().bool_not().float()
+}
+
 /// Mean over the non-padding positions of a `[batch, seq, features]` tensor, as one batched matmul
 /// by per-position weights (1 / count on real tokens, 0 on padding). Its backward is an outer
 /// product; a masked sum's (`(x · keep).sum_dim(1)`) broadcasts element by element on CPU
 /// backends, forward and backward (~5 % of an LSTM training step on Flex).
 pub(crate) fn masked_mean<B: Backend>(x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 2> {
     let [batch, seq, features] = x.dims();
-    let keep = mask_pad.clone().bool_not().float();
+    let keep = keep_mask(mask_pad);
     let count = keep.clone().sum_dim(1).clamp_min(1.0); // [batch, 1]
     (keep / count).reshape([batch, 1, seq]).matmul(x).reshape([batch, features])
 }
@@ -100,7 +105,7 @@ impl<B: Backend> EmbeddingBlock<B> {
         }
         // The mask at the full shape: CPU backends multiply same-shape tensors in a vectorised loop,
         // a broadcast one element by element (forward and backward).
-        let keep = mask_pad.clone().bool_not().float().unsqueeze_dim::<3>(2).repeat_dim(2, x.dims()[2]);
+        let keep = keep_mask(mask_pad).unsqueeze_dim::<3>(2).repeat_dim(2, x.dims()[2]);
         self.dropout.forward(x * keep)
     }
 }

@@ -26,14 +26,14 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, same_type, values};
+use crate::dispatch::{host_f32, on_cpu, same_type, values};
 
 /// The kernel width and filter count of each convolution, in the order of the weight's columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Widths(pub Vec<(usize, usize)>);
 
 impl Widths {
-    fn widest(&self) -> usize {
+    pub(crate) fn widest(&self) -> usize {
         self.0.iter().map(|&(w, _)| w).max().expect("at least one convolution")
     }
 
@@ -66,22 +66,28 @@ pub fn conv_max<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widt
         x.dims(),
         weight.dims()
     );
-    type Path<B> = fn(Tensor<B, 3>, Tensor<B, 2>, &Widths) -> Tensor<B, 2>;
-    let paths: [(TypeId, Path<B>); 4] = [
-        (TypeId::of::<Autodiff<Flex>>(), |x, w, widths| same_type(tracked::<Flex>(same_type(x), same_type(w), widths))),
-        (TypeId::of::<Autodiff<NdArray>>(), |x, w, widths| same_type(tracked::<NdArray>(same_type(x), same_type(w), widths))),
-        (TypeId::of::<Flex>(), |x, w, widths| forward(x, w, widths).0),
-        (TypeId::of::<NdArray>(), |x, w, widths| forward(x, w, widths).0),
-    ];
-    match paths.iter().find(|(id, _)| *id == TypeId::of::<B>()) {
-        Some((_, run)) => run(x, weight, widths),
+    match own_backward::<B>() {
+        Some(run) => run(x, weight, widths),
+        None if on_cpu::<B>() => forward(x, weight, widths).0,
         None => ordinary(x, weight, widths),
     }
 }
 
+/// [`conv_max`] as one autodiff node on `B` = `Autodiff<I>`.
+type OneNode<B> = fn(Tensor<B, 3>, Tensor<B, 2>, &Widths) -> Tensor<B, 2>;
+
+/// The one-node path of `B`, if `B` is `Autodiff<I>` for a CPU backend `I` compiled into this crate.
+fn own_backward<B: Backend>() -> Option<OneNode<B>> {
+    let paths: [(TypeId, OneNode<B>); 2] = [
+        (TypeId::of::<Autodiff<Flex>>(), |x, w, widths| same_type(tracked::<Flex>(same_type(x), same_type(w), widths))),
+        (TypeId::of::<Autodiff<NdArray>>(), |x, w, widths| same_type(tracked::<NdArray>(same_type(x), same_type(w), widths))),
+    ];
+    paths.iter().find(|(id, _)| *id == TypeId::of::<B>()).map(|&(_, run)| run)
+}
+
 /// Whether [`conv_max`] runs with its own backward pass on `B`.
 pub fn has_own_backward<B: Backend>() -> bool {
-    [TypeId::of::<Autodiff<Flex>>(), TypeId::of::<Autodiff<NdArray>>()].contains(&TypeId::of::<B>())
+    own_backward::<B>().is_some()
 }
 
 /// The same maths as ordinary tensor operations (GPU backends): the windows as one `cat` of

@@ -5,10 +5,16 @@
 //! [`crate::conv_max`]) compare `TypeId::of::<B>()` with the backends they know and then move
 //! their tensors across with [`same_type`].
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData};
+
+/// Whether `B` is a CPU backend compiled into this crate (Flex, ndarray), whose values the
+/// fast paths read and write in host memory.
+pub(crate) fn on_cpu<B: Backend>() -> bool {
+    [TypeId::of::<burn::backend::Flex>(), TypeId::of::<burn::backend::NdArray>()].contains(&TypeId::of::<B>())
+}
 
 /// `value` as a `T`; `A` and `T` must be the same type (checked by the caller's `TypeId`).
 pub(crate) fn same_type<A: 'static, T: 'static>(value: A) -> T {

@@ -107,7 +107,7 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
     let channels = x.dims()[2];
     let device = x.device();
     let widths = Widths(convs.iter().map(|c| (c.kernel_size, c.weight.dims()[0])).collect());
-    let widest = convs.iter().map(|c| c.kernel_size).max().expect("at least one convolution");
+    let widest = widths.widest();
     // Column f of a width-w kernel: row k × channels + c = offset k, channel c; zeros past w.
     let weight = Tensor::cat(
         convs

@@ -29,7 +29,7 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use crate::dispatch::same_type;
+use crate::dispatch::{on_cpu, same_type};
 use crate::recurrence_host::{self, HostTape};
 
 /// The recurrent cell, with its gate layout along the last axis of `projected`, `weight` and `bias`.
@@ -72,11 +72,6 @@ pub fn recurrence<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tenso
         None if on_cpu::<B>() => recurrence_host::forward(cell, inputs.projected, inputs.weight, inputs.bias, reverse, false).0,
         None => forward(cell, inputs, reverse, false).0,
     }
-}
-
-/// Whether `B` is a CPU backend without autodiff whose loop runs in host memory (inference).
-fn on_cpu<B: Backend>() -> bool {
-    [TypeId::of::<burn::backend::Flex>(), TypeId::of::<burn::backend::NdArray>()].contains(&TypeId::of::<B>())
 }
 
 /// Whether [`recurrence`] runs as one autodiff node on `B` (`B` is `Autodiff<I>` for an inner

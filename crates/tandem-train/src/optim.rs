@@ -89,7 +89,8 @@ fn adam_config(config: &TrainConfig) -> AdamConfig {
         .with_weight_decay((config.weight_decay > 0.0).then(|| WeightDecayConfig::new(config.weight_decay as f32)))
 }
 
-fn adamw_config(config: &TrainConfig) -> AdamWConfig {
+/// Burn's AdamW configured from `config` (betas, epsilon, weight decay).
+pub fn adamw_config(config: &TrainConfig) -> AdamWConfig {
     AdamWConfig::new()
         .with_beta_1(config.beta1 as f32)
         .with_beta_2(config.beta2 as f32)

@@ -1,10 +1,10 @@
 //! Tandem's one-pass AdamW against Burn's own.
 
 use burn::backend::{Flex, NdArray};
-use burn::optim::{AdamWConfig, AdamWState, SimpleOptimizer};
+use burn::optim::{AdamWState, SimpleOptimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use tandem_train::optim::HostAdamW;
+use tandem_train::optim::{adamw_config, HostAdamW};
 use tandem_train::TrainConfig;
 
 /// Values that differ from one step and one element to the next, with some exact zeros.
@@ -24,12 +24,7 @@ fn host_adamw_equals_burns<B: Backend>() {
     for weight_decay in [0.0, 0.01] {
         let config = TrainConfig { weight_decay, ..Default::default() };
         let host = HostAdamW::new(&config);
-        let burn = AdamWConfig::new()
-            .with_beta_1(config.beta1 as f32)
-            .with_beta_2(config.beta2 as f32)
-            .with_epsilon(config.epsilon as f32)
-            .with_weight_decay(weight_decay as f32)
-            .build();
+        let burn = adamw_config(&config).build();
         let shape = [13, 5];
         let (mut ours, mut theirs) = (values::<B>(0.3, shape), values::<B>(0.3, shape));
         let (mut our_state, mut their_state): (Option<AdamWState<B, 2>>, Option<AdamWState<B, 2>>) = (None, None);
