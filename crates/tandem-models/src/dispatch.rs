@@ -33,3 +33,8 @@ pub(crate) fn host_f32<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tens
 pub(crate) fn values(data: &TensorData) -> &[f32] {
     data.as_slice::<f32>().expect("converted to f32 by `host_f32`")
 }
+
+/// The values of data from [`host_f32`], writable.
+pub(crate) fn values_mut(data: &mut TensorData) -> &mut [f32] {
+    data.as_mut_slice::<f32>().expect("converted to f32 by `host_f32`")
+}

@@ -28,12 +28,16 @@ use burn::nn::gru::{BiGru, Gru};
 use burn::nn::lstm::{BiLstm, Lstm};
 use burn::nn::attention::MultiHeadAttention;
 use burn::nn::transformer::{PositionWiseFeedForward, TransformerEncoderLayer};
+use burn::nn::activation::Activation;
 use burn::nn::{GateController, Linear};
-use burn::tensor::activation::{quiet_softmax, relu, softmax};
+use burn::tensor::activation::{quiet_softmax, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
 
 use crate::conv_max::{conv_max, Widths};
+use crate::gelu::gelu;
+use crate::permute::permute;
+use crate::softmax::softmax_last;
 use crate::recurrence::{recurrence, Cell};
 
 /// A stock layer's parameters laid side by side: `[d_in, gates × hidden]` input weights,
@@ -152,19 +156,25 @@ fn on_rows<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
 /// Burn's `MultiHeadAttention::forward` (self-attention, padding mask) on rows of features.
 fn attention<B: Backend>(mha: &MultiHeadAttention<B>, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
     let [batch, seq, d_model] = x.dims();
-    let heads = |linear: &Linear<B>| on_rows(linear, x.clone()).reshape([batch, seq, mha.n_heads, mha.d_k]).swap_dims(1, 2);
-    let (query, key, value) = (heads(&mha.query), heads(&mha.key), heads(&mha.value));
-    let scores = mha.dropout.forward(query.matmul(key.transpose()).div_scalar((mha.d_k as f32).sqrt()));
+    // Heads as `[batch, heads, seq, d_k]`; keys as `[batch, heads, d_k, seq]`, ready for `q · kᵀ`.
+    let heads = |linear: &Linear<B>, axes| permute(on_rows(linear, x.clone()).reshape([batch, seq, mha.n_heads, mha.d_k]), axes);
+    let (query, key_t, value) = (heads(&mha.query, [0, 2, 1, 3]), heads(&mha.key, [0, 2, 3, 1]), heads(&mha.value, [0, 2, 1, 3]));
+    let scores = mha.dropout.forward(query.matmul(key_t).div_scalar((mha.d_k as f32).sqrt()));
     // Expanded (a copy) once here; a broadcast mask would be expanded by every mask_fill.
     let mask = mask_pad.clone().reshape([batch, 1, 1, seq]).repeat_dim(1, mha.n_heads).repeat_dim(2, seq);
     let scores = scores.mask_fill(mask, mha.min_float);
-    let weights = if mha.quiet_softmax { quiet_softmax(scores, 3) } else { softmax(scores, 3) };
-    let context = weights.matmul(value).swap_dims(1, 2).reshape([batch, seq, d_model]);
+    let weights = if mha.quiet_softmax { quiet_softmax(scores, 3) } else { softmax_last(scores) };
+    let context = permute(weights.matmul(value), [0, 2, 1, 3]).reshape([batch, seq, d_model]);
     on_rows(&mha.output, context)
 }
 
 /// Burn's `PositionWiseFeedForward::forward` on rows of features.
 fn position_wise<B: Backend>(pwff: &PositionWiseFeedForward<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let inner = pwff.dropout.forward(pwff.activation.forward(on_rows(&pwff.linear_inner, x)));
+    let inner = on_rows(&pwff.linear_inner, x);
+    let activated = match &pwff.activation {
+        Activation::Gelu(_) => gelu(inner),
+        other => other.forward(inner),
+    };
+    let inner = pwff.dropout.forward(activated);
     on_rows(&pwff.linear_outer, inner)
 }

@@ -12,8 +12,14 @@ mod config;
 pub mod conv_max;
 mod dispatch;
 pub mod fused;
+pub mod gelu;
+mod host_math;
+mod host_op;
+mod permute;
 pub mod recurrence;
 mod recurrence_host;
+pub mod softmax;
+pub mod wide;
 
 pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
 pub use classifier::{Classifier, CutError};

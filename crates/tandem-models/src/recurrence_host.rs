@@ -3,50 +3,113 @@
 //!
 //! The tensor-operation version runs about twenty small operations per step (each allocating
 //! its `[batch, gates × hidden]` result); on a CPU that, not the arithmetic, was a third of an
-//! LSTM training step. Sigmoid and tanh come from [`exp`], a polynomial the compiler vectorises
-//! (libm's `expf` is a scalar call per value).
+//! LSTM training step. Sigmoid and tanh come from [`crate::host_math`], polynomials the compiler
+//! vectorises (libm's `expf` is a scalar call per value).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
 use crate::recurrence::{order, Cell};
 use crate::dispatch::{host_f32, values};
-
-/// `e^x` without a libm call, so that loops over it vectorise: Cephes' `expf` (range reduction
-/// by ln 2, degree-5 polynomial, relative error about 1e-7), `x` clamped to [−87, 88] (the
-/// result stays a normal, finite f32); NaN stays NaN, so a diverged run still shows.
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    let x = if x < -87.0 { -87.0 } else if x > 88.0 { 88.0 } else { x };
-    // Round x / ln 2 to the integer n: adding 1.5 × 2^23 leaves no fraction bits, and leaves n
-    // in the low bits of the sum (read as an integer, not converted: that vectorises).
-    let shifted = x * std::f32::consts::LOG2_E + 12_582_912.0;
-    let n = shifted - 12_582_912.0;
-    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4; // x − n ln 2, ln 2 in two parts
-    let mut p = 1.987_569_1e-4_f32;
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
-        p = p * r + c;
-    }
-    let y = p * r * r + r + 1.0;
-    // 2^n: n + 127 in the exponent bits.
-    y * f32::from_bits(shifted.to_bits().wrapping_sub(0x4B40_0000 - 127) << 23)
-}
-
-#[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
-}
-
-#[inline(always)]
-fn tanh(x: f32) -> f32 {
-    2.0 * sigmoid(2.0 * x) - 1.0
-}
+use crate::host_math::{sigmoid, tanh};
+use crate::wide::{self, Kernel};
 
 /// `out = f(recurrent + bias + input)`, element by element.
 #[inline(always)]
 fn activate(out: &mut [f32], recurrent: &[f32], bias: &[f32], input: &[f32], f: impl Fn(f32) -> f32) {
     for (((out, r), b), x) in out.iter_mut().zip(recurrent).zip(bias).zip(input) {
         *out = f(r + b + x);
+    }
+}
+
+/// The four `hidden`-wide blocks of a gate row.
+#[inline(always)]
+fn blocks(row: &[f32], hidden: usize) -> [&[f32]; 4] {
+    let (a, rest) = row.split_at(hidden);
+    let (b, rest) = rest.split_at(hidden);
+    let (c, d) = rest.split_at(hidden);
+    [a, b, c, &d[..hidden]]
+}
+
+/// The four `hidden`-wide blocks of a gate row, writable.
+#[inline(always)]
+fn blocks_mut(row: &mut [f32], hidden: usize) -> [&mut [f32]; 4] {
+    let (a, rest) = row.split_at_mut(hidden);
+    let (b, rest) = rest.split_at_mut(hidden);
+    let (c, d) = rest.split_at_mut(hidden);
+    [a, b, c, &mut d[..hidden]]
+}
+
+// One sample's step, forward and backward. Each takes its rows as separate slices: the compiler
+// then knows they do not overlap and vectorises the loop (from inside one function body it
+// cannot tell, and falls back to one value at a time).
+
+/// LSTM: the new cell state `c`, its `tanh` and the hidden state `h` from the activated gates
+/// `[i, f, o, g]`.
+#[inline(always)]
+fn lstm_cell(gates: &[f32], c: &mut [f32], c_tanh: &mut [f32], h: &mut [f32]) {
+    let n = h.len();
+    let [i, f, o, g] = blocks(gates, n);
+    let (c, c_tanh) = (&mut c[..n], &mut c_tanh[..n]);
+    for j in 0..n {
+        c[j] = f[j] * c[j] + i[j] * g[j];
+        c_tanh[j] = tanh(c[j]);
+        h[j] = o[j] * c_tanh[j];
+    }
+}
+
+/// LSTM backward: the gradient of the gates' pre-activations (`d_rec`) and of the cell state the
+/// step started from (`dc`, which holds the gradient of the one it ended with on entry).
+#[inline(always)]
+fn lstm_cell_backward(gates: &[f32], c_prev: &[f32], c_tanh: &[f32], dh: &[f32], dc: &mut [f32], d_rec: &mut [f32]) {
+    let n = dh.len();
+    let [i, f, o, cand] = blocks(gates, n);
+    let [di, df, d_o, dg] = blocks_mut(d_rec, n);
+    let (c_prev, c_tanh, dc) = (&c_prev[..n], &c_tanh[..n], &mut dc[..n]);
+    for j in 0..n {
+        let d_cell = (1.0 - c_tanh[j] * c_tanh[j]) * o[j] * dh[j] + dc[j];
+        dc[j] = d_cell * f[j];
+        di[j] = d_cell * cand[j] * (i[j] - i[j] * i[j]);
+        df[j] = d_cell * c_prev[j] * (f[j] - f[j] * f[j]);
+        d_o[j] = dh[j] * c_tanh[j] * (o[j] - o[j] * o[j]);
+        dg[j] = d_cell * i[j] * (1.0 - cand[j] * cand[j]);
+    }
+}
+
+/// GRU: from `[z, r]` (activated) in `gates`, writes `h · W_n + b_n` and `n` into the rest of
+/// `gates` and the new hidden state into `h`.
+#[inline(always)]
+fn gru_cell(gates: &mut [f32], recurrent_n: &[f32], bias_n: &[f32], input_n: &[f32], h: &mut [f32]) {
+    let n = h.len();
+    let [z, reset, hidden_new, new] = blocks_mut(gates, n);
+    let (recurrent_n, bias_n, input_n) = (&recurrent_n[..n], &bias_n[..n], &input_n[..n]);
+    for j in 0..n {
+        hidden_new[j] = recurrent_n[j] + bias_n[j];
+        new[j] = tanh(reset[j] * hidden_new[j] + input_n[j]);
+        // (1 − z) · n + z · h
+        h[j] = new[j] + z[j] * (h[j] - new[j]);
+    }
+}
+
+/// GRU backward: the gradient of `[z, r]`'s and `h · W_n + b_n`'s pre-activations (`d_rec`), of
+/// the input's `n` part (`d_input_n`), and, in `dh`, of the state the step started from (the
+/// part that skips `W_h`).
+#[inline(always)]
+fn gru_cell_backward(gates: &[f32], h_prev: &[f32], dh: &mut [f32], d_rec: &mut [f32], d_input_n: &mut [f32]) {
+    let n = dh.len();
+    let [z, r, hidden_new, new] = blocks(gates, n);
+    let (dz, rest) = d_rec.split_at_mut(n); // three blocks: the GRU's input has no `h · W_n` part
+    let (dr, d_hidden_new) = rest.split_at_mut(n);
+    let d_hidden_new = &mut d_hidden_new[..n];
+    let (h_prev, d_input_n) = (&h_prev[..n], &mut d_input_n[..n]);
+    for j in 0..n {
+        let d_direct = dh[j] * z[j];
+        let d_new = (1.0 - new[j] * new[j]) * (dh[j] - d_direct);
+        dz[j] = (h_prev[j] - new[j]) * dh[j] * (z[j] - z[j] * z[j]);
+        dr[j] = d_new * hidden_new[j] * (r[j] - r[j] * r[j]);
+        d_hidden_new[j] = d_new * r[j];
+        d_input_n[j] = d_new;
+        dh[j] = d_direct;
     }
 }
 
@@ -72,134 +135,135 @@ pub(crate) struct HostTape<B: Backend> {
 /// hidden bias `bias`: the hidden state of every step, `[batch, seq, hidden]`, and, with
 /// `record`, the tape.
 pub(crate) fn forward<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Tensor<B, 1>, reverse: bool, record: bool) -> (Tensor<B, 3>, Option<HostTape<B>>) {
-    let [batch, seq, width] = projected.dims();
-    let hidden = width / cell.gates();
-    let device = projected.device();
-    let projected = host_f32(projected);
-    let (projected, bias) = (values(&projected), host_f32(bias));
-    let bias = values(&bias);
-    let mut output = vec![0f32; batch * seq * hidden];
-    let kept = if record { seq * batch } else { 0 };
-    let mut previous = Vec::with_capacity(kept * hidden);
-    let mut gates = Vec::with_capacity(kept * 4 * hidden);
-    let mut cells = Vec::with_capacity(if cell == Cell::Lstm { kept * 2 * hidden } else { 0 });
-    let mut h = vec![0f32; batch * hidden];
-    let mut c = vec![0f32; batch * hidden];
-    let mut row = vec![0f32; 4 * hidden];
-    let mut row_cell = vec![0f32; hidden];
-    for t in order(seq, reverse) {
-        let recurrent = host_f32(Tensor::<B, 2>::from_data(TensorData::new(h.clone(), [batch, hidden]), &device).matmul(weight.clone()));
-        let recurrent = values(&recurrent);
-        if record {
-            previous.extend_from_slice(&h);
-        }
-        for b in 0..batch {
-            let x = &projected[(b * seq + t) * width..][..width];
-            let r = &recurrent[b * width..][..width];
-            let (h, c) = (&mut h[b * hidden..][..hidden], &mut c[b * hidden..][..hidden]);
-            match cell {
-                Cell::Lstm => {
-                    activate(&mut row[..3 * hidden], &r[..3 * hidden], &bias[..3 * hidden], &x[..3 * hidden], sigmoid);
-                    activate(&mut row[3 * hidden..], &r[3 * hidden..], &bias[3 * hidden..], &x[3 * hidden..], tanh);
-                    if record {
-                        cells.extend_from_slice(c);
-                    }
-                    let c_tanh = &mut row_cell[..hidden];
-                    let (i, f, o, g) = (&row[..hidden], &row[hidden..2 * hidden], &row[2 * hidden..3 * hidden], &row[3 * hidden..4 * hidden]);
-                    for j in 0..hidden {
-                        c[j] = f[j] * c[j] + i[j] * g[j];
-                        c_tanh[j] = tanh(c[j]);
-                        h[j] = o[j] * c_tanh[j];
-                    }
-                    if record {
-                        cells.extend_from_slice(c_tanh);
-                    }
-                }
-                Cell::Gru => {
-                    activate(&mut row[..2 * hidden], &r[..2 * hidden], &bias[..2 * hidden], &x[..2 * hidden], sigmoid);
-                    let (zr, rest) = row.split_at_mut(2 * hidden);
-                    let (hidden_new, new) = rest.split_at_mut(hidden);
-                    let (z, reset) = (&zr[..hidden], &zr[hidden..]);
-                    let (r_n, b_n, x_n) = (&r[2 * hidden..], &bias[2 * hidden..], &x[2 * hidden..]);
-                    for j in 0..hidden {
-                        hidden_new[j] = r_n[j] + b_n[j];
-                        new[j] = tanh(reset[j] * hidden_new[j] + x_n[j]);
-                        // (1 − z) · n + z · h
-                        h[j] = new[j] + z[j] * (h[j] - new[j]);
-                    }
-                }
-            }
+    wide::run(Forward { cell, projected, weight, bias, reverse, record })
+}
+
+/// [`forward`]'s arguments.
+struct Forward<B: Backend> {
+    cell: Cell,
+    projected: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    reverse: bool,
+    record: bool,
+}
+
+impl<B: Backend> Kernel for Forward<B> {
+    type Output = (Tensor<B, 3>, Option<HostTape<B>>);
+
+    #[inline(always)]
+    fn run(self) -> Self::Output {
+        let Self { cell, projected, weight, bias, reverse, record } = self;
+        let [batch, seq, width] = projected.dims();
+        let hidden = width / cell.gates();
+        let device = projected.device();
+        let projected = host_f32(projected);
+        let (projected, bias) = (values(&projected), host_f32(bias));
+        let bias = values(&bias);
+        let mut output = vec![0f32; batch * seq * hidden];
+        let kept = if record { seq * batch } else { 0 };
+        let mut previous = Vec::with_capacity(kept * hidden);
+        let mut gates = Vec::with_capacity(kept * 4 * hidden);
+        let mut cells = Vec::with_capacity(if cell == Cell::Lstm { kept * 2 * hidden } else { 0 });
+        let mut h = vec![0f32; batch * hidden];
+        let mut c = vec![0f32; batch * hidden];
+        let mut row = vec![0f32; 4 * hidden];
+        let mut row_cell = vec![0f32; hidden];
+        for t in order(seq, reverse) {
+            let recurrent = host_f32(Tensor::<B, 2>::from_data(TensorData::new(h.clone(), [batch, hidden]), &device).matmul(weight.clone()));
+            let recurrent = values(&recurrent);
             if record {
-                gates.extend_from_slice(&row);
+                previous.extend_from_slice(&h);
             }
-            output[(b * seq + t) * hidden..][..hidden].copy_from_slice(h);
+            for b in 0..batch {
+                let x = &projected[(b * seq + t) * width..][..width];
+                let r = &recurrent[b * width..][..width];
+                let h = &mut h[b * hidden..][..hidden];
+                match cell {
+                    Cell::Lstm => {
+                        let c = &mut c[b * hidden..][..hidden];
+                        activate(&mut row[..3 * hidden], &r[..3 * hidden], &bias[..3 * hidden], &x[..3 * hidden], sigmoid);
+                        activate(&mut row[3 * hidden..], &r[3 * hidden..], &bias[3 * hidden..], &x[3 * hidden..], tanh);
+                        if record {
+                            cells.extend_from_slice(c);
+                        }
+                        lstm_cell(&row, c, &mut row_cell, h);
+                        if record {
+                            cells.extend_from_slice(&row_cell);
+                        }
+                    }
+                    Cell::Gru => {
+                        activate(&mut row[..2 * hidden], &r[..2 * hidden], &bias[..2 * hidden], &x[..2 * hidden], sigmoid);
+                        gru_cell(&mut row, &r[2 * hidden..], &bias[2 * hidden..], &x[2 * hidden..], h);
+                    }
+                }
+                if record {
+                    gates.extend_from_slice(&row);
+                }
+                output[(b * seq + t) * hidden..][..hidden].copy_from_slice(h);
+            }
         }
+        let output = Tensor::from_data(TensorData::new(output, [batch, seq, hidden]), &device);
+        (output, record.then(|| HostTape { cell, reverse, dims: [batch, seq, hidden], weight, previous, gates, cells }))
     }
-    let output = Tensor::from_data(TensorData::new(output, [batch, seq, hidden]), &device);
-    (output, record.then(|| HostTape { cell, reverse, dims: [batch, seq, hidden], weight, previous, gates, cells }))
 }
 
 impl<B: Backend> HostTape<B> {
     /// Back-propagation through time: the gradients of `projected`, `weight` and `bias` from the
     /// gradient of the output (`[batch, seq, hidden]`).
     pub(crate) fn backward(self, grad: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 1>) {
-        let [batch, seq, hidden] = self.dims;
-        let width = self.cell.gates() * hidden;
+        wide::run(Backward { tape: self, grad })
+    }
+}
+
+/// [`HostTape::backward`]'s arguments.
+struct Backward<B: Backend> {
+    tape: HostTape<B>,
+    grad: Tensor<B, 3>,
+}
+
+impl<B: Backend> Kernel for Backward<B> {
+    type Output = (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 1>);
+
+    #[inline(always)]
+    fn run(self) -> Self::Output {
+        let Self { tape, grad } = self;
+        let [batch, seq, hidden] = tape.dims;
+        let width = tape.cell.gates() * hidden;
         let device = grad.device();
         let grad = host_f32(grad);
         let grad = values(&grad);
-        let weight_t = self.weight.transpose();
+        let weight_t = tape.weight.transpose();
         let mut d_projected = vec![0f32; batch * seq * width];
         // Per step, in run order: the gradient of `h · W_h + b_h`.
         let mut d_recurrent = vec![0f32; seq * batch * width];
         let mut d_bias = vec![0f32; width];
         let mut dh = vec![0f32; batch * hidden]; // from the next step to run, through `h · W_h`
         let mut dc = vec![0f32; batch * hidden]; // LSTM: from the next step, through `f · c`
-        let times = order(seq, self.reverse);
+        let times = order(seq, tape.reverse);
         for s in (0..seq).rev() {
             let t = times[s];
             for b in 0..batch {
                 let at = s * batch + b;
-                let g = &self.gates[at * 4 * hidden..][..4 * hidden];
+                let g = &tape.gates[at * 4 * hidden..][..4 * hidden];
                 let dh = &mut dh[b * hidden..][..hidden];
-                for (j, d) in dh.iter_mut().enumerate() {
-                    *d += grad[(b * seq + t) * hidden + j];
+                for (d, from_output) in dh.iter_mut().zip(&grad[(b * seq + t) * hidden..][..hidden]) {
+                    *d += from_output;
                 }
                 let d_rec = &mut d_recurrent[at * width..][..width];
                 let d_proj = &mut d_projected[(b * seq + t) * width..][..width];
-                match self.cell {
+                match tape.cell {
                     Cell::Lstm => {
-                        let cells = &self.cells[at * 2 * hidden..][..2 * hidden];
-                        let (c_prev, c_tanh) = cells.split_at(hidden);
-                        let dc = &mut dc[b * hidden..][..hidden];
-                        for j in 0..hidden {
-                            let (i, f, o, cand) = (g[j], g[hidden + j], g[2 * hidden + j], g[3 * hidden + j]);
-                            let d_cell = (1.0 - c_tanh[j] * c_tanh[j]) * o * dh[j] + dc[j];
-                            dc[j] = d_cell * f;
-                            d_rec[j] = d_cell * cand * (i - i * i);
-                            d_rec[hidden + j] = d_cell * c_prev[j] * (f - f * f);
-                            d_rec[2 * hidden + j] = dh[j] * c_tanh[j] * (o - o * o);
-                            d_rec[3 * hidden + j] = d_cell * i * (1.0 - cand * cand);
-                        }
+                        let (c_prev, c_tanh) = tape.cells[at * 2 * hidden..][..2 * hidden].split_at(hidden);
+                        lstm_cell_backward(g, c_prev, c_tanh, dh, &mut dc[b * hidden..][..hidden], d_rec);
                         d_proj.copy_from_slice(d_rec);
+                        dh.fill(0.0);
                     }
                     Cell::Gru => {
-                        let h_prev = &self.previous[at * hidden..][..hidden];
-                        for j in 0..hidden {
-                            let (z, r, hidden_new, new) = (g[j], g[hidden + j], g[2 * hidden + j], g[3 * hidden + j]);
-                            let d_direct = dh[j] * z;
-                            let d_new = (1.0 - new * new) * (dh[j] - d_direct);
-                            d_rec[j] = (h_prev[j] - new) * dh[j] * (z - z * z);
-                            d_rec[hidden + j] = d_new * hidden_new * (r - r * r);
-                            d_rec[2 * hidden + j] = d_new * r;
-                            d_proj[2 * hidden + j] = d_new;
-                            dh[j] = d_direct; // the part of the previous state's gradient that skips W_h
-                        }
+                        let h_prev = &tape.previous[at * hidden..][..hidden];
+                        gru_cell_backward(g, h_prev, dh, d_rec, &mut d_proj[2 * hidden..]);
                         d_proj[..2 * hidden].copy_from_slice(&d_rec[..2 * hidden]);
                     }
-                }
-                if self.cell == Cell::Lstm {
-                    dh.fill(0.0);
                 }
                 for (sum, d) in d_bias.iter_mut().zip(d_rec.iter()) {
                     *sum += d;
@@ -214,7 +278,7 @@ impl<B: Backend> HostTape<B> {
             }
         }
         let tensor = |data: Vec<f32>, rows: usize, cols: usize| Tensor::<B, 2>::from_data(TensorData::new(data, [rows, cols]), &device);
-        let previous = tensor(self.previous, seq * batch, hidden);
+        let previous = tensor(tape.previous, seq * batch, hidden);
         let weight = previous.transpose().matmul(tensor(d_recurrent, seq * batch, width));
         (
             Tensor::from_data(TensorData::new(d_projected, [batch, seq, width]), &device),
@@ -226,18 +290,35 @@ impl<B: Backend> HostTape<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::exp;
+    use burn::backend::NdArray;
+    use burn::tensor::{Distribution, Tensor};
 
+    use super::{forward, Backward, Forward};
+    use crate::recurrence::Cell;
+    use crate::wide::Kernel;
+
+    /// The loops as built (called directly: compiled for the build's baseline) give the same bits
+    /// as [`crate::wide::run`]'s copy (AVX2 + FMA where this CPU has them).
     #[test]
-    fn exp_is_within_2e7_of_libm_and_keeps_nan() {
-        let mut worst = 0f64;
-        for i in 0..175_000 {
-            let x = -87.0 + i as f32 * 0.001; // up to 88, where the clamp starts
-            let expected = f64::from(x).exp();
-            worst = worst.max(((f64::from(exp(x)) - expected) / expected).abs());
+    fn wide_copy_computes_the_same_bits() {
+        let device = Default::default();
+        for cell in [Cell::Lstm, Cell::Gru] {
+            let (batch, seq, hidden) = (3, 5, 12); // 12: a vector width and a remainder
+            let width = cell.gates() * hidden;
+            let random = |dims: [usize; 3]| Tensor::<NdArray, 3>::random(dims, Distribution::Normal(0.0, 1.0), &device);
+            let projected = random([batch, seq, width]);
+            let weight = random([1, hidden, width]).reshape([hidden, width]);
+            let bias = random([1, 1, width]).reshape([width]);
+            let grad = random([batch, seq, hidden]);
+            let bits = |t: Tensor<NdArray, 3>| t.into_data().to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            let (wide_out, wide_tape) = forward(cell, projected.clone(), weight.clone(), bias.clone(), true, true);
+            let (plain_out, plain_tape) = Forward { cell, projected, weight, bias, reverse: true, record: true }.run();
+            assert_eq!(bits(wide_out), bits(plain_out), "{cell:?} forward");
+            let wide = wide_tape.unwrap().backward(grad.clone());
+            let plain = Backward { tape: plain_tape.unwrap(), grad }.run();
+            assert_eq!(bits(wide.0), bits(plain.0), "{cell:?} input gradient");
+            assert_eq!(bits(wide.1.unsqueeze()), bits(plain.1.unsqueeze()), "{cell:?} weight gradient");
+            assert_eq!(bits(wide.2.unsqueeze::<2>().unsqueeze()), bits(plain.2.unsqueeze::<2>().unsqueeze()), "{cell:?} bias gradient");
         }
-        assert!(worst < 2e-7, "largest relative error {worst:e}");
-        assert!(exp(f32::NAN).is_nan());
-        assert!(exp(-1e4) > 0.0 && exp(1e4).is_finite(), "clamped, not 0 or ∞");
     }
 }

@@ -91,6 +91,9 @@ fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
     let _serial = serial();
     assert_eq!(runs_as_one_node::<B>(), one_node, "{}", std::any::type_name::<B>());
     assert_eq!(tandem_models::conv_max::has_own_backward::<B>(), one_node, "{}", std::any::type_name::<B>());
+    assert_eq!(tandem_models::softmax::has_own_backward::<B>(), one_node, "{}", std::any::type_name::<B>());
+    let flex = std::any::TypeId::of::<B>() == std::any::TypeId::of::<Autodiff<Flex>>();
+    assert_eq!(tandem_models::gelu::has_own_backward::<B>(), flex, "{}: GELU's own node is Flex's only", std::any::type_name::<B>());
     let device = Default::default();
     for stock_config in stock_configs() {
         let stock: Classifier<B> = stock_config.init(&INPUT, &device);

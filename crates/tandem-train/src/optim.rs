@@ -11,6 +11,7 @@ use std::any::TypeId;
 
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{DType, ElementConversion, IndexingUpdateOp, Int, Tensor, TensorData};
+use tandem_models::wide::{self, Kernel};
 use tandem_models::Classifier;
 use serde::{Deserialize, Serialize};
 
@@ -179,6 +180,59 @@ impl HostAdamW {
     }
 }
 
+/// The scalars of one AdamW step, as Burn computes them.
+struct AdamWPass {
+    betas: (f32, f32),
+    /// `1 − β₁`, `1 − β₂`.
+    factors: (f32, f32),
+    /// `1 − β₁ᵗ`, `1 − β₂ᵗ`.
+    corrections: (f32, f32),
+    epsilon: f32,
+    /// `1 − lr · decay`, without weight decay `None` (the values are then not multiplied at all).
+    keep: Option<f32>,
+    lr: f32,
+}
+
+impl AdamWPass {
+    /// Updates `values` and the moments `m`, `v` from `grad`, compiled for wide vectors where the CPU has them.
+    fn run(&self, values: &mut [f32], m: &mut [f32], v: &mut [f32], grad: &[f32]) {
+        wide::run(AdamWKernel { pass: self, values, m, v, grad });
+    }
+
+    #[inline(always)]
+    fn update(&self, values: &mut [f32], m: &mut [f32], v: &mut [f32], grad: &[f32]) {
+        let ((beta_1, beta_2), (factor_1, factor_2), (correction_1, correction_2)) = (self.betas, self.factors, self.corrections);
+        for (((p, m), v), &g) in values.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(grad) {
+            *m = *m * beta_1 + g * factor_1;
+            *v = *v * beta_2 + g * g * factor_2;
+            let delta = (*m / correction_1) / ((*v / correction_2).sqrt() + self.epsilon);
+            let decayed = match self.keep {
+                Some(keep) => *p * keep,
+                None => *p,
+            };
+            *p = decayed - delta * self.lr;
+        }
+    }
+}
+
+/// [`AdamWPass::run`]'s arguments.
+struct AdamWKernel<'a> {
+    pass: &'a AdamWPass,
+    values: &'a mut [f32],
+    m: &'a mut [f32],
+    v: &'a mut [f32],
+    grad: &'a [f32],
+}
+
+impl Kernel for AdamWKernel<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        self.pass.update(self.values, self.m, self.v, self.grad);
+    }
+}
+
 impl<B: Backend> SimpleOptimizer<B> for HostAdamW {
     type State<const D: usize> = AdamWState<B, D>;
 
@@ -195,19 +249,17 @@ impl<B: Backend> SimpleOptimizer<B> for HostAdamW {
             None => (TensorData::zeros::<f32, _>(shape.clone()), TensorData::zeros::<f32, _>(shape.clone()), 1),
         };
         // Burn's scalars: `1 − β`, the bias corrections, and the f64 decay factor and learning rate as f32.
-        let (factor_1, factor_2) = (1.0 - self.beta_1, 1.0 - self.beta_2);
-        let (correction_1, correction_2) = (1f32 - self.beta_1.powi(time as i32), 1f32 - self.beta_2.powi(time as i32));
         let decay_rate = lr * f64::from(self.weight_decay);
-        let (keep, lr) = ((1.0 - decay_rate) as f32, lr as f32);
+        let pass = AdamWPass {
+            betas: (self.beta_1, self.beta_2),
+            factors: (1.0 - self.beta_1, 1.0 - self.beta_2),
+            corrections: (1f32 - self.beta_1.powi(time as i32), 1f32 - self.beta_2.powi(time as i32)),
+            epsilon: self.epsilon,
+            keep: (decay_rate != 0.0).then_some((1.0 - decay_rate) as f32),
+            lr: lr as f32,
+        };
         let f32s = "checked above: f32";
-        let (values_s, m_s, v_s) = (values.as_mut_slice::<f32>().expect(f32s), m.as_mut_slice::<f32>().expect(f32s), v.as_mut_slice::<f32>().expect(f32s));
-        for (((p, m), v), &g) in values_s.iter_mut().zip(m_s.iter_mut()).zip(v_s.iter_mut()).zip(grad.as_slice::<f32>().expect(f32s)) {
-            *m = *m * self.beta_1 + g * factor_1;
-            *v = *v * self.beta_2 + g * g * factor_2;
-            let delta = (*m / correction_1) / ((*v / correction_2).sqrt() + self.epsilon);
-            let decayed = if decay_rate == 0.0 { *p } else { *p * keep };
-            *p = decayed - delta * lr;
-        }
+        pass.run(values.as_mut_slice::<f32>().expect(f32s), m.as_mut_slice::<f32>().expect(f32s), v.as_mut_slice::<f32>().expect(f32s), grad.as_slice::<f32>().expect(f32s));
         let tensor = |data: TensorData| Tensor::<B, D>::from_data(data, &device);
         let momentum = AdaptiveMomentumState { time, moment_1: tensor(m), moment_2: tensor(v), max_moment_2: None };
         (tensor(values), Some(AdamWState::new(momentum)))

@@ -1,0 +1,91 @@
+//! One-input operations (same rank) computed in host memory on the CPU backends, each one
+//! autodiff node with a hand-written backward pass ([`crate::gelu`], [`crate::softmax`],
+//! [`crate::permute`]).
+//!
+//! Burn runs such an operation as several tensor operations (softmax: five, each with its own
+//! backward), with scalar libm calls, or (a copy of a permuted view) one value at a time; here
+//! each pass is one loop the compiler vectorises ([`crate::wide`]) or one copy per row.
+
+use std::any::TypeId;
+use std::fmt::Debug;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+
+use crate::dispatch::{host_f32, same_type};
+
+/// An operation for [`apply`].
+pub(crate) trait HostOp: Copy + Debug + Send + Sync + 'static {
+    /// Whether ndarray runs it too (else Flex only).
+    const ON_NDARRAY: bool;
+    /// What the backward pass needs from the forward pass.
+    type Kept: Clone + Debug + Send + 'static;
+    /// The output from `x` (f32 values), and what the backward pass needs.
+    fn forward(self, x: TensorData) -> (TensorData, Self::Kept);
+    /// The input's gradient from the output's, `grad` (f32 values).
+    fn backward(self, kept: &Self::Kept, grad: TensorData) -> TensorData;
+}
+
+/// `op` on `x`: one autodiff node on `Autodiff<Flex>` (and `Autodiff<NdArray>` where the
+/// operation allows), the same forward pass on plain Flex (ndarray); `None` on other backends,
+/// which run Burn's operation instead.
+pub(crate) fn apply<B: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<B, D>) -> Option<Tensor<B, D>> {
+    let id = TypeId::of::<B>();
+    if id == TypeId::of::<Autodiff<Flex>>() {
+        Some(same_type(tracked::<Flex, Op, D>(op, same_type(x))))
+    } else if Op::ON_NDARRAY && id == TypeId::of::<Autodiff<NdArray>>() {
+        Some(same_type(tracked::<NdArray, Op, D>(op, same_type(x))))
+    } else if id == TypeId::of::<Flex>() || (Op::ON_NDARRAY && id == TypeId::of::<NdArray>()) {
+        Some(forward(op, x).0)
+    } else {
+        None
+    }
+}
+
+/// Whether [`apply`] runs `Op` as one autodiff node on `B`.
+pub(crate) fn one_node<B: Backend, Op: HostOp>() -> bool {
+    let id = TypeId::of::<B>();
+    id == TypeId::of::<Autodiff<Flex>>() || (Op::ON_NDARRAY && id == TypeId::of::<Autodiff<NdArray>>())
+}
+
+fn forward<B: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<B, D>) -> (Tensor<B, D>, Op::Kept) {
+    let device = x.device();
+    let (out, kept) = op.forward(host_f32(x));
+    (Tensor::from_data(out, &device), kept)
+}
+
+/// Runs the forward pass on `I` and registers one autodiff node for it.
+fn tracked<I: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<Autodiff<I>, D>) -> Tensor<Autodiff<I>, D> {
+    let x = x.into_primitive().tensor();
+    let run = || forward::<I, Op, D>(op, Tensor::from_primitive(TensorPrimitive::Float(x.primitive)));
+    let output = match Node::<Op, D>(op).prepare::<NoCheckpointing>([x.node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (out, kept) = run();
+            prep.finish(kept, out.into_primitive().tensor())
+        }
+        OpsKind::UnTracked(prep) => prep.finish(run().0.into_primitive().tensor()),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(output))
+}
+
+/// The autodiff node of one [`apply`]; its state is what [`HostOp::forward`] kept.
+#[derive(Debug)]
+struct Node<Op, const D: usize>(Op);
+
+impl<I: Backend, Op: HostOp, const D: usize> Backward<I, 1> for Node<Op, D> {
+    type State = Op::Kept;
+
+    fn backward(self, ops: Ops<Op::Kept, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let grad = Tensor::<I, D>::from_primitive(TensorPrimitive::Float(grads.consume::<I>(&ops.node)));
+        let [parent] = ops.parents;
+        let Some(parent) = parent else { return };
+        let device = grad.device();
+        let grad = self.0.backward(&ops.state, host_f32(grad));
+        grads.register::<I>(parent.id, Tensor::<I, D>::from_data(grad, &device).into_primitive().tensor());
+    }
+}
