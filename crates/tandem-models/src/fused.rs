@@ -27,7 +27,7 @@ use burn::nn::conv::Conv1d;
 use burn::nn::gru::{BiGru, Gru};
 use burn::nn::lstm::{BiLstm, Lstm};
 use burn::nn::attention::MultiHeadAttention;
-use burn::nn::transformer::{PositionWiseFeedForward, TransformerEncoderLayer};
+use burn::nn::transformer::{PositionWiseFeedForward, TransformerEncoderConfig, TransformerEncoderLayer};
 use burn::nn::activation::Activation;
 use burn::nn::{GateController, Linear};
 use burn::tensor::activation::{quiet_softmax, relu};
@@ -36,6 +36,7 @@ use burn::tensor::{Bool, Tensor};
 
 use crate::conv_max::{conv_max, Widths};
 use crate::gelu::gelu;
+use crate::layer_norm::layer_norm;
 use crate::permute::permute;
 use crate::softmax::softmax_last;
 use crate::recurrence::{recurrence, Cell};
@@ -136,12 +137,15 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
 pub fn encoder_layer<B: Backend>(layer: &TransformerEncoderLayer<B>, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
     let attend = |x: Tensor<B, 3>| layer.dropout.forward(attention(&layer.mha, x, mask_pad));
     let feed_forward = |x: Tensor<B, 3>| layer.dropout.forward(position_wise(&layer.pwff, x));
+    // The ε Tandem's encoder configuration leaves at Burn's default (the layer keeps it private).
+    let epsilon = TransformerEncoderConfig::new(1, 1, 1, 1).layer_norm_eps;
+    let (norm_1, norm_2) = (|x| layer_norm(&layer.norm_1, x, epsilon), |x| layer_norm(&layer.norm_2, x, epsilon));
     if layer.norm_first {
-        let x = x.clone() + attend(layer.norm_2.forward(x));
-        x.clone() + feed_forward(layer.norm_1.forward(x))
+        let x = x.clone() + attend(norm_2(x));
+        x.clone() + feed_forward(norm_1(x))
     } else {
-        let x = layer.norm_1.forward(x.clone() + attend(x));
-        layer.norm_2.forward(x.clone() + feed_forward(x))
+        let x = norm_1(x.clone() + attend(x));
+        norm_2(x.clone() + feed_forward(x))
     }
 }
 

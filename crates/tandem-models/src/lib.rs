@@ -15,6 +15,7 @@ pub mod fused;
 pub mod gelu;
 mod host_math;
 mod host_op;
+pub mod layer_norm;
 mod permute;
 pub mod recurrence;
 mod recurrence_host;
