@@ -113,6 +113,32 @@ fn gru_cell_backward(gates: &[f32], h_prev: &[f32], dh: &mut [f32], d_rec: &mut 
     }
 }
 
+/// How [`host_matmul`] reads its right-hand side.
+#[derive(Clone, Copy)]
+enum Read {
+    /// `[k, n]`, row-major.
+    Plain,
+    /// `[n, k]`, row-major, used as its transpose.
+    Transposed,
+}
+
+/// `out = a · b`, or with `accumulate` `out += a · b`, for row-major `a` (`[m, k]`) and `b`
+/// read as `read` says, in host memory with the `gemm` crate that Flex's own matmul runs on.
+/// One thread, as Flex runs matrices this small. Going through tensors instead cost two
+/// allocations and three copies of the output per step.
+fn host_matmul(out: &mut [f32], a: &[f32], b: &[f32], [m, k, n]: [usize; 3], read: Read, accumulate: bool) {
+    assert!(out.len() == m * n && a.len() == m * k && b.len() == k * n, "host_matmul: [{m}, {k}] · [{k}, {n}] with {} / {} / {} values", a.len(), b.len(), out.len());
+    let (b_col_stride, b_row_stride) = match read {
+        Read::Plain => (1, n as isize),
+        Read::Transposed => (k as isize, 1),
+    };
+    // SAFETY: with the sizes checked above, every element gemm reads or writes lies inside the
+    // three slices; `out`, a `&mut`, overlaps neither `a` nor `b`.
+    unsafe {
+        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, accumulate, a.as_ptr(), 1, k as isize, b.as_ptr(), b_col_stride, b_row_stride, 1.0, 1.0, false, false, false, gemm::Parallelism::None);
+    }
+}
+
 /// Everything the backward pass needs, in host memory; per-step blocks in the order the steps ran.
 #[derive(Clone, Debug)]
 pub(crate) struct HostTape<B: Backend> {
@@ -165,13 +191,14 @@ impl<B: Backend> Kernel for Forward<B> {
         let mut previous = Vec::with_capacity(kept * hidden);
         let mut gates = Vec::with_capacity(kept * 4 * hidden);
         let mut cells = Vec::with_capacity(if cell == Cell::Lstm { kept * 2 * hidden } else { 0 });
+        let weight_values = host_f32(weight.clone());
         let mut h = vec![0f32; batch * hidden];
         let mut c = vec![0f32; batch * hidden];
+        let mut recurrent = vec![0f32; batch * width];
         let mut row = vec![0f32; 4 * hidden];
         let mut row_cell = vec![0f32; hidden];
         for t in order(seq, reverse) {
-            let recurrent = host_f32(Tensor::<B, 2>::from_data(TensorData::new(h.clone(), [batch, hidden]), &device).matmul(weight.clone()));
-            let recurrent = values(&recurrent);
+            host_matmul(&mut recurrent, &h, values(&weight_values), [batch, hidden, width], Read::Plain, false);
             if record {
                 previous.extend_from_slice(&h);
             }
@@ -233,7 +260,7 @@ impl<B: Backend> Kernel for Backward<B> {
         let device = grad.device();
         let grad = host_f32(grad);
         let grad = values(&grad);
-        let weight_t = tape.weight.transpose();
+        let weight_values = host_f32(tape.weight.clone());
         let mut d_projected = vec![0f32; batch * seq * width];
         // Per step, in run order: the gradient of `h · W_h + b_h`.
         let mut d_recurrent = vec![0f32; seq * batch * width];
@@ -270,11 +297,8 @@ impl<B: Backend> Kernel for Backward<B> {
                 }
             }
             if s > 0 {
-                let block = d_recurrent[s * batch * width..][..batch * width].to_vec();
-                let through = host_f32(Tensor::<B, 2>::from_data(TensorData::new(block, [batch, width]), &device).matmul(weight_t.clone()));
-                for (d, v) in dh.iter_mut().zip(values(&through)) {
-                    *d += v;
-                }
+                // dh += d_rec · W_hᵀ
+                host_matmul(&mut dh, &d_recurrent[s * batch * width..][..batch * width], values(&weight_values), [batch, width, hidden], Read::Transposed, true);
             }
         }
         let tensor = |data: Vec<f32>, rows: usize, cols: usize| Tensor::<B, 2>::from_data(TensorData::new(data, [rows, cols]), &device);
