@@ -30,6 +30,7 @@ struct Gelu;
 
 impl HostOp for Gelu {
     const ON_NDARRAY: bool = false;
+    const WITHOUT_AUTODIFF: bool = true; // Flex's plain GELU calls libm's erf too
 
     /// Keeps `x`.
     type Kept = TensorData;

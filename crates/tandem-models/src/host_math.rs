@@ -32,8 +32,9 @@ pub(crate) fn tanh(x: f32) -> f32 {
 }
 
 /// The standard normal distribution function Φ(x) = ½ (1 + erf(x / √2)), through `erfc`
-/// (Numerical Recipes' Chebyshev fit, relative error below 1.2e-7), so both tails keep their
-/// relative precision.
+/// (Numerical Recipes' Chebyshev fit, relative error below 1.2e-7 in exact arithmetic), so the
+/// lower tail keeps its relative precision: in f32, rounding `x²` alone costs up to ~1.5e-5
+/// relative at |x| = 8 (tested).
 #[inline(always)]
 pub(crate) fn normal_cdf(x: f32) -> f32 {
     let z = x.abs() * std::f32::consts::FRAC_1_SQRT_2;

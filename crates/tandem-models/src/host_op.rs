@@ -23,6 +23,9 @@ use crate::dispatch::{host_f32, same_type};
 pub(crate) trait HostOp: Copy + Debug + Send + Sync + 'static {
     /// Whether ndarray runs it too (else Flex only).
     const ON_NDARRAY: bool;
+    /// Whether the backends without autodiff run it too (else Burn's operation: worth it where
+    /// Burn's is several operations only under autodiff, and one fused kernel without).
+    const WITHOUT_AUTODIFF: bool;
     /// What the backward pass needs from the forward pass.
     type Kept: Clone + Debug + Send + 'static;
     /// The output from `x` (f32 values), and what the backward pass needs.
@@ -32,15 +35,15 @@ pub(crate) trait HostOp: Copy + Debug + Send + Sync + 'static {
 }
 
 /// `op` on `x`: one autodiff node on `Autodiff<Flex>` (and `Autodiff<NdArray>` where the
-/// operation allows), the same forward pass on plain Flex (ndarray); `None` on other backends,
-/// which run Burn's operation instead.
+/// operation allows), the same forward pass on plain Flex (ndarray) where it allows; `None`
+/// elsewhere, where the caller runs Burn's operation.
 pub(crate) fn apply<B: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<B, D>) -> Option<Tensor<B, D>> {
     let id = TypeId::of::<B>();
     if id == TypeId::of::<Autodiff<Flex>>() {
         Some(same_type(tracked::<Flex, Op, D>(op, same_type(x))))
     } else if Op::ON_NDARRAY && id == TypeId::of::<Autodiff<NdArray>>() {
         Some(same_type(tracked::<NdArray, Op, D>(op, same_type(x))))
-    } else if id == TypeId::of::<Flex>() || (Op::ON_NDARRAY && id == TypeId::of::<NdArray>()) {
+    } else if Op::WITHOUT_AUTODIFF && (id == TypeId::of::<Flex>() || (Op::ON_NDARRAY && id == TypeId::of::<NdArray>())) {
         Some(forward(op, x).0)
     } else {
         None
@@ -51,6 +54,12 @@ pub(crate) fn apply<B: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<B,
 pub(crate) fn one_node<B: Backend, Op: HostOp>() -> bool {
     let id = TypeId::of::<B>();
     id == TypeId::of::<Autodiff<Flex>>() || (Op::ON_NDARRAY && id == TypeId::of::<Autodiff<NdArray>>())
+}
+
+/// The length of the rows of `data` (its last dimension; at least 1, so that an empty tensor
+/// is zero rows, not a panic).
+pub(crate) fn row_len(data: &TensorData) -> usize {
+    data.shape.last().copied().unwrap_or(1).max(1)
 }
 
 fn forward<B: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<B, D>) -> (Tensor<B, D>, Op::Kept) {

@@ -6,7 +6,8 @@
 //! and recording its own backward; about 6 % of a Transformer training step on Flex (`perf`).
 //! Here `(x − mean) / √(var + ε)` over the last dimension is one vectorised pass per row each way
 //! ([`crate::host_op`]); the scale γ and shift β stay tensor operations, so their gradients are
-//! Burn's. Other backends run `LayerNorm::forward`.
+//! Burn's. Other backends, and Flex / ndarray without autodiff (one fused kernel there), run
+//! `LayerNorm::forward`.
 
 use burn::nn::LayerNorm;
 use burn::tensor::backend::Backend;
@@ -14,7 +15,7 @@ use burn::tensor::{Tensor, TensorData};
 
 use crate::dispatch::{values, values_mut};
 use crate::host_math::{dot, sum};
-use crate::host_op::{self, HostOp};
+use crate::host_op::{self, row_len, HostOp};
 use crate::wide::{self, Kernel};
 
 /// `norm` applied to `x` over its last dimension, with `norm`'s ε given as `epsilon` (Burn keeps
@@ -39,28 +40,29 @@ struct Normalize {
 
 impl HostOp for Normalize {
     const ON_NDARRAY: bool = true;
+    const WITHOUT_AUTODIFF: bool = false; // Flex's plain layer norm is one fused kernel
     /// The output, and `1 / √(var + ε)` per row.
     type Kept = (TensorData, Vec<f32>);
 
     fn forward(self, x: TensorData) -> (TensorData, Self::Kept) {
-        let row = x.shape.last().copied().unwrap_or(1).max(1);
+        let row = row_len(&x);
         let mut out = vec![0f32; x.num_elements()];
         let mut inverse = vec![0f32; out.len() / row];
-        wide::run(Rows { x: values(&x), out: &mut out, inverse: &mut inverse, row, epsilon: self.epsilon });
+        wide::run(NormalizeRows { x: values(&x), out: &mut out, inverse: &mut inverse, row, epsilon: self.epsilon });
         let out = TensorData::new(out, x.shape.clone());
         (out.clone(), (out, inverse))
     }
 
     /// Per row, `(g − mean(g) − x̂ · mean(g ⊙ x̂)) / √(var + ε)`.
     fn backward(self, (normalized, inverse): &Self::Kept, mut grad: TensorData) -> TensorData {
-        let row = normalized.shape.last().copied().unwrap_or(1).max(1);
-        wide::run(RowsBackward { normalized: values(normalized), inverse, grad: values_mut(&mut grad), row });
+        let row = row_len(normalized);
+        wide::run(NormalizeRowsBackward { normalized: values(normalized), inverse, grad: values_mut(&mut grad), row });
         grad
     }
 }
 
 /// Each `row`-long row of `x` normalised into `out`, and its `1 / √(var + ε)` into `inverse`.
-struct Rows<'a> {
+struct NormalizeRows<'a> {
     x: &'a [f32],
     out: &'a mut [f32],
     inverse: &'a mut [f32],
@@ -68,7 +70,7 @@ struct Rows<'a> {
     epsilon: f32,
 }
 
-impl Kernel for Rows<'_> {
+impl Kernel for NormalizeRows<'_> {
     type Output = ();
 
     #[inline(always)]
@@ -89,14 +91,14 @@ impl Kernel for Rows<'_> {
 }
 
 /// The input's gradient from the output's (`grad`, in place), per row.
-struct RowsBackward<'a> {
+struct NormalizeRowsBackward<'a> {
     normalized: &'a [f32],
     inverse: &'a [f32],
     grad: &'a mut [f32],
     row: usize,
 }
 
-impl Kernel for RowsBackward<'_> {
+impl Kernel for NormalizeRowsBackward<'_> {
     type Output = ();
 
     #[inline(always)]
@@ -107,6 +109,43 @@ impl Kernel for RowsBackward<'_> {
             for (g, &x) in g.iter_mut().zip(x) {
                 *g = (*g - mean_g - x * mean_gx) * inverse;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::nn::LayerNormConfig;
+    use burn::tensor::{Distribution, Tensor};
+
+    use super::layer_norm;
+
+    type B = Autodiff<NdArray>;
+
+    #[test]
+    fn equals_burns_layer_norm_in_values_and_gradients() {
+        let device = Default::default();
+        let norm = LayerNormConfig::new(12).init::<B>(&device);
+        let close = |what: &str, a: Tensor<NdArray, 3>, b: Tensor<NdArray, 3>| {
+            let worst = (a - b).abs().max().into_scalar();
+            assert!(worst < 1e-5, "{what}: largest difference {worst:e}");
+        };
+        {
+            let width = 12;
+            let x = Tensor::<B, 3>::random([2, 5, width], Distribution::Normal(1.0, 3.0), &device).require_grad();
+            let weights = Tensor::<B, 3>::random([2, 5, width], Distribution::Normal(0.0, 1.0), &device);
+            let ours = layer_norm(&norm, x.clone(), 1e-5);
+            let burns = norm.forward(x.clone());
+            close("values", ours.clone().inner(), burns.clone().inner());
+            let grads = |y: Tensor<B, 3>| {
+                let grads = (y * weights.clone()).sum().backward();
+                let gamma = norm.gamma.grad(&grads).expect("γ has a gradient");
+                (x.grad(&grads).expect("x has a gradient"), gamma.reshape([1, 1, width]))
+            };
+            let ((x_ours, gamma_ours), (x_burns, gamma_burns)) = (grads(ours), grads(burns));
+            close("gradient of x", x_ours, x_burns);
+            close("gradient of γ", gamma_ours, gamma_burns);
         }
     }
 }

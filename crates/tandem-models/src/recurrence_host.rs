@@ -123,19 +123,21 @@ enum Read {
 }
 
 /// `out = a · b`, or with `accumulate` `out += a · b`, for row-major `a` (`[m, k]`) and `b`
-/// read as `read` says, in host memory with the `gemm` crate that Flex's own matmul runs on.
-/// One thread, as Flex runs matrices this small. Going through tensors instead cost two
-/// allocations and three copies of the output per step.
+/// read as `read` says, in host memory with the `gemm` crate that Flex's own matmul runs on,
+/// on one thread below Flex's threshold for using all of them (192³ multiply-adds; an LSTM of
+/// hidden 128 crosses it at batch 109). Going through tensors instead cost two allocations and
+/// three copies of the output per step.
 fn host_matmul(out: &mut [f32], a: &[f32], b: &[f32], [m, k, n]: [usize; 3], read: Read, accumulate: bool) {
     assert!(out.len() == m * n && a.len() == m * k && b.len() == k * n, "host_matmul: [{m}, {k}] · [{k}, {n}] with {} / {} / {} values", a.len(), b.len(), out.len());
     let (b_col_stride, b_row_stride) = match read {
         Read::Plain => (1, n as isize),
         Read::Transposed => (k as isize, 1),
     };
+    let parallelism = if m * n * k >= 192 * 192 * 192 { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
     // SAFETY: with the sizes checked above, every element gemm reads or writes lies inside the
     // three slices; `out`, a `&mut`, overlaps neither `a` nor `b`.
     unsafe {
-        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, accumulate, a.as_ptr(), 1, k as isize, b.as_ptr(), b_col_stride, b_row_stride, 1.0, 1.0, false, false, false, gemm::Parallelism::None);
+        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, accumulate, a.as_ptr(), 1, k as isize, b.as_ptr(), b_col_stride, b_row_stride, 1.0, 1.0, false, false, false, parallelism);
     }
 }
 
@@ -161,11 +163,11 @@ pub(crate) struct HostTape<B: Backend> {
 /// hidden bias `bias`: the hidden state of every step, `[batch, seq, hidden]`, and, with
 /// `record`, the tape.
 pub(crate) fn forward<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Tensor<B, 1>, reverse: bool, record: bool) -> (Tensor<B, 3>, Option<HostTape<B>>) {
-    wide::run(Forward { cell, projected, weight, bias, reverse, record })
+    wide::run(ForwardLoop { cell, projected, weight, bias, reverse, record })
 }
 
 /// [`forward`]'s arguments.
-struct Forward<B: Backend> {
+struct ForwardLoop<B: Backend> {
     cell: Cell,
     projected: Tensor<B, 3>,
     weight: Tensor<B, 2>,
@@ -174,7 +176,7 @@ struct Forward<B: Backend> {
     record: bool,
 }
 
-impl<B: Backend> Kernel for Forward<B> {
+impl<B: Backend> Kernel for ForwardLoop<B> {
     type Output = (Tensor<B, 3>, Option<HostTape<B>>);
 
     #[inline(always)]
@@ -239,17 +241,17 @@ impl<B: Backend> HostTape<B> {
     /// Back-propagation through time: the gradients of `projected`, `weight` and `bias` from the
     /// gradient of the output (`[batch, seq, hidden]`).
     pub(crate) fn backward(self, grad: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 1>) {
-        wide::run(Backward { tape: self, grad })
+        wide::run(BackwardThroughTime { tape: self, grad })
     }
 }
 
 /// [`HostTape::backward`]'s arguments.
-struct Backward<B: Backend> {
+struct BackwardThroughTime<B: Backend> {
     tape: HostTape<B>,
     grad: Tensor<B, 3>,
 }
 
-impl<B: Backend> Kernel for Backward<B> {
+impl<B: Backend> Kernel for BackwardThroughTime<B> {
     type Output = (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 1>);
 
     #[inline(always)]
@@ -317,7 +319,7 @@ mod tests {
     use burn::backend::NdArray;
     use burn::tensor::{Distribution, Tensor};
 
-    use super::{forward, Backward, Forward};
+    use super::{forward, BackwardThroughTime, ForwardLoop};
     use crate::recurrence::Cell;
     use crate::wide::Kernel;
 
@@ -336,10 +338,10 @@ mod tests {
             let grad = random([batch, seq, hidden]);
             let bits = |t: Tensor<NdArray, 3>| t.into_data().to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>();
             let (wide_out, wide_tape) = forward(cell, projected.clone(), weight.clone(), bias.clone(), true, true);
-            let (plain_out, plain_tape) = Forward { cell, projected, weight, bias, reverse: true, record: true }.run();
+            let (plain_out, plain_tape) = ForwardLoop { cell, projected, weight, bias, reverse: true, record: true }.run();
             assert_eq!(bits(wide_out), bits(plain_out), "{cell:?} forward");
             let wide = wide_tape.unwrap().backward(grad.clone());
-            let plain = Backward { tape: plain_tape.unwrap(), grad }.run();
+            let plain = BackwardThroughTime { tape: plain_tape.unwrap(), grad }.run();
             assert_eq!(bits(wide.0), bits(plain.0), "{cell:?} input gradient");
             assert_eq!(bits(wide.1.unsqueeze()), bits(plain.1.unsqueeze()), "{cell:?} weight gradient");
             assert_eq!(bits(wide.2.unsqueeze::<2>().unsqueeze()), bits(plain.2.unsqueeze::<2>().unsqueeze()), "{cell:?} bias gradient");

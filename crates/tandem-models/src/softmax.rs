@@ -1,16 +1,17 @@
 //! Softmax over the last dimension with its own backward pass on the CPU backends.
 //!
-//! Burn's `softmax` is five tensor operations (max, subtract, exp, sum, divide), each allocating
-//! its result and recording its own backward: 12 % of a Transformer training step on Flex
-//! (`perf`). Here each pass is one vectorised loop per row ([`crate::host_op`]); other backends
-//! run Burn's `softmax`.
+//! Under autodiff, Burn's `softmax` is five tensor operations (max, subtract, exp, sum, divide),
+//! each allocating its result and recording its own backward: 12 % of a Transformer training
+//! step on Flex (`perf`). Here each pass is one vectorised loop per row ([`crate::host_op`]).
+//! Other backends, and Flex / ndarray without autodiff (where it is one fused kernel), run
+//! Burn's `softmax`.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
 use crate::dispatch::{values, values_mut};
 use crate::host_math::{dot, exp, max, sum};
-use crate::host_op::{self, HostOp};
+use crate::host_op::{self, row_len, HostOp};
 use crate::wide::{self, Kernel};
 
 /// `exp(x − max) / Σ exp(x − max)` over the last dimension, as Burn's `softmax(x, D − 1)`.
@@ -28,42 +29,44 @@ struct Softmax;
 
 impl HostOp for Softmax {
     const ON_NDARRAY: bool = true;
+    const WITHOUT_AUTODIFF: bool = false; // Flex's plain softmax is one fused kernel
 
     /// Keeps the output `p`.
     type Kept = TensorData;
 
     fn forward(self, x: TensorData) -> (TensorData, TensorData) {
-        let row = x.shape.last().copied().unwrap_or(1);
+        let row = row_len(&x);
         let mut p = vec![0f32; x.num_elements()];
-        wide::run(Rows { x: values(&x), p: &mut p, row });
+        wide::run(SoftmaxRows { x: values(&x), p: &mut p, row });
         let p = TensorData::new(p, x.shape.clone());
         (p.clone(), p)
     }
 
     /// Per row, `p ⊙ (g − Σ g ⊙ p)`.
     fn backward(self, p: &TensorData, mut grad: TensorData) -> TensorData {
-        let row = p.shape.last().copied().unwrap_or(1);
-        wide::run(RowsBackward { p: values(p), grad: values_mut(&mut grad), row });
+        let row = row_len(p);
+        wide::run(SoftmaxRowsBackward { p: values(p), grad: values_mut(&mut grad), row });
         grad
     }
 }
 
 /// Softmax of each `row`-long row of `x` into `p`.
-struct Rows<'a> {
+struct SoftmaxRows<'a> {
     x: &'a [f32],
     p: &'a mut [f32],
     row: usize,
 }
 
-impl Kernel for Rows<'_> {
+impl Kernel for SoftmaxRows<'_> {
     type Output = ();
 
     #[inline(always)]
     fn run(self) {
         for (x, p) in self.x.chunks_exact(self.row).zip(self.p.chunks_exact_mut(self.row)) {
             let max = max(x);
-            // Below −87, exp (clamped there) would give 1e-38 where the exact value rounds to 0;
-            // masked positions (−∞ or the most negative f32) must get exactly 0.
+            // Below −87, `exp` (clamped there) would give 1.6e-38, where the exact value is a
+            // subnormal or 0: give 0, so that masked positions (the most negative f32) get
+            // exactly what Burn gives them.
             for (p, &x) in p.iter_mut().zip(x) {
                 let shifted = x - max;
                 *p = if shifted < -87.0 { 0.0 } else { exp(shifted) };
@@ -77,13 +80,13 @@ impl Kernel for Rows<'_> {
 }
 
 /// The input's gradient from the output's (`grad`, in place) and the output `p`, per row.
-struct RowsBackward<'a> {
+struct SoftmaxRowsBackward<'a> {
     p: &'a [f32],
     grad: &'a mut [f32],
     row: usize,
 }
 
-impl Kernel for RowsBackward<'_> {
+impl Kernel for SoftmaxRowsBackward<'_> {
     type Output = ();
 
     #[inline(always)]

@@ -15,8 +15,8 @@
 /// step in a rayon pool, a replica, a stage) otherwise gets an arena of its own, made of 64 MiB
 /// heaps that glibc unmaps whenever one empties, whatever the trim threshold: depending on where
 /// the step's blocks land, that cost 0 or up to 400,000 page faults in 5 s of LSTM steps (10–15 %
-/// of the step in `perf`). Allocations are few per tensor operation, so sharing one arena's lock
-/// costs nothing measurable. Meant for a program's `main`, before training starts;
+/// of the step in `perf`). Allocations are few per tensor operation: sharing one arena's lock
+/// cost nothing measurable in the throughput benchmark's one- and two-thread runs. Meant for a program's `main`, before training starts;
 /// later calls do nothing.
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
