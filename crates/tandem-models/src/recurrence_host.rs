@@ -1,5 +1,5 @@
-//! The time loop of [`crate::recurrence`] on a CPU backend: per step, one matmul on the backend
-//! (`h · W_h`) and the gate arithmetic as one loop over the values in host memory.
+//! The time loop of [`crate::recurrence`] on a CPU backend, in host memory: per step, one matmul
+//! `h · W_h` (with `gemm`, see [`host_matmul`]) and the gate arithmetic as one loop over the values.
 //!
 //! The tensor-operation version runs about twenty small operations per step (each allocating
 //! its `[batch, gates × hidden]` result); on a CPU that, not the arithmetic, was a third of an
@@ -144,11 +144,12 @@ fn host_matmul(out: &mut [f32], a: &[f32], b: &[f32], [m, k, n]: [usize; 3], rea
 /// Everything the backward pass needs, in host memory; per-step blocks in the order the steps ran.
 #[derive(Clone, Debug)]
 pub(crate) struct HostTape<B: Backend> {
+    device: B::Device,
     cell: Cell,
     reverse: bool,
     dims: [usize; 3],
-    /// The hidden weight, `[hidden, gates × hidden]`.
-    weight: Tensor<B, 2>,
+    /// The hidden weight's values, `[hidden, gates × hidden]`.
+    weight: TensorData,
     /// The hidden state each step started from, `[seq × batch, hidden]`.
     previous: Vec<f32>,
     /// LSTM: `[i, f, o, g]` after their activations; GRU: `[z, r]`, `h · W_n + b_n`, `n`.
@@ -193,14 +194,14 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
         let mut previous = Vec::with_capacity(kept * hidden);
         let mut gates = Vec::with_capacity(kept * 4 * hidden);
         let mut cells = Vec::with_capacity(if cell == Cell::Lstm { kept * 2 * hidden } else { 0 });
-        let weight_values = host_f32(weight.clone());
+        let weight = host_f32(weight);
         let mut h = vec![0f32; batch * hidden];
         let mut c = vec![0f32; batch * hidden];
         let mut recurrent = vec![0f32; batch * width];
         let mut row = vec![0f32; 4 * hidden];
         let mut row_cell = vec![0f32; hidden];
         for t in order(seq, reverse) {
-            host_matmul(&mut recurrent, &h, values(&weight_values), [batch, hidden, width], Read::Plain, false);
+            host_matmul(&mut recurrent, &h, values(&weight), [batch, hidden, width], Read::Plain, false);
             if record {
                 previous.extend_from_slice(&h);
             }
@@ -233,7 +234,7 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
             }
         }
         let output = Tensor::from_data(TensorData::new(output, [batch, seq, hidden]), &device);
-        (output, record.then(|| HostTape { cell, reverse, dims: [batch, seq, hidden], weight, previous, gates, cells }))
+        (output, record.then(|| HostTape { device, cell, reverse, dims: [batch, seq, hidden], weight, previous, gates, cells }))
     }
 }
 
@@ -259,10 +260,9 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
         let Self { tape, grad } = self;
         let [batch, seq, hidden] = tape.dims;
         let width = tape.cell.gates() * hidden;
-        let device = grad.device();
+        let device = tape.device;
         let grad = host_f32(grad);
         let grad = values(&grad);
-        let weight_values = host_f32(tape.weight.clone());
         let mut d_projected = vec![0f32; batch * seq * width];
         // Per step, in run order: the gradient of `h · W_h + b_h`.
         let mut d_recurrent = vec![0f32; seq * batch * width];
@@ -300,7 +300,7 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
             }
             if s > 0 {
                 // dh += d_rec · W_hᵀ
-                host_matmul(&mut dh, &d_recurrent[s * batch * width..][..batch * width], values(&weight_values), [batch, width, hidden], Read::Transposed, true);
+                host_matmul(&mut dh, &d_recurrent[s * batch * width..][..batch * width], values(&tape.weight), [batch, width, hidden], Read::Transposed, true);
             }
         }
         let tensor = |data: Vec<f32>, rows: usize, cols: usize| Tensor::<B, 2>::from_data(TensorData::new(data, [rows, cols]), &device);
