@@ -104,8 +104,12 @@ impl<B: Backend> EmbeddingBlock<B> {
             x = x + positions.forward(ids);
         }
         // The mask at the full shape: CPU backends multiply same-shape tensors in a vectorised loop,
-        // a broadcast one element by element (forward and backward).
-        let keep = keep_mask(mask_pad).unsqueeze_dim::<3>(2).repeat_dim(2, x.dims()[2]);
+        // a broadcast one element by element (forward and backward). It is expanded as an outer
+        // product with a row of ones: Flex's `repeat_dim` along the last dimension copies one
+        // value at a time (4 % of an LSTM step).
+        let features = x.dims()[2];
+        let ones = Tensor::<B, 2>::ones([1, features], &device);
+        let keep = keep_mask(mask_pad).reshape([batch * seq, 1]).matmul(ones).reshape([batch, seq, features]);
         self.dropout.forward(x * keep)
     }
 }

@@ -12,7 +12,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 /// Whether `B` is a CPU backend compiled into this crate (Flex, ndarray), whose values the
 /// fast paths read and write in host memory.
-pub(crate) fn on_cpu<B: Backend>() -> bool {
+pub fn on_cpu<B: Backend>() -> bool {
     [TypeId::of::<burn::backend::Flex>(), TypeId::of::<burn::backend::NdArray>()].contains(&TypeId::of::<B>())
 }
 

@@ -25,3 +25,4 @@ pub mod wide;
 pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
 pub use classifier::{Classifier, CutError};
 pub use config::{Architecture, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+pub use dispatch::on_cpu;

@@ -122,13 +122,14 @@ enum Read {
     Transposed,
 }
 
-/// `out = a · b`, or with `accumulate` `out += a · b`, for row-major `a` (`[m, k]`) and `b`
-/// read as `read` says, in host memory with the `gemm` crate that Flex's own matmul runs on,
-/// on one thread below Flex's threshold for using all of them (192³ multiply-adds; an LSTM of
+/// `out = a · b`, or with `accumulate` `out += a · b`, for row-major `a` (`[m, k]`, its rows
+/// `a_rows` values apart) and `b` read as `read` says, in host memory with the `gemm` crate
+/// that Flex's own matmul runs on, on one thread below Flex's threshold for using all of them (192³ multiply-adds; an LSTM of
 /// hidden 128 crosses it at batch 109). Going through tensors instead cost two allocations and
 /// three copies of the output per step.
-fn host_matmul(out: &mut [f32], a: &[f32], b: &[f32], [m, k, n]: [usize; 3], read: Read, accumulate: bool) {
-    assert!(out.len() == m * n && a.len() == m * k && b.len() == k * n, "host_matmul: [{m}, {k}] · [{k}, {n}] with {} / {} / {} values", a.len(), b.len(), out.len());
+fn host_matmul(out: &mut [f32], (a, a_rows): (&[f32], usize), b: &[f32], [m, k, n]: [usize; 3], read: Read, accumulate: bool) {
+    let a_len = if m == 0 { 0 } else { (m - 1) * a_rows + k };
+    assert!(out.len() == m * n && a_rows >= k && a.len() >= a_len && b.len() == k * n, "host_matmul: [{m}, {k}] · [{k}, {n}] with {} / {} / {} values", a.len(), b.len(), out.len());
     let (b_col_stride, b_row_stride) = match read {
         Read::Plain => (1, n as isize),
         Read::Transposed => (k as isize, 1),
@@ -137,7 +138,7 @@ fn host_matmul(out: &mut [f32], a: &[f32], b: &[f32], [m, k, n]: [usize; 3], rea
     // SAFETY: with the sizes checked above, every element gemm reads or writes lies inside the
     // three slices; `out`, a `&mut`, overlaps neither `a` nor `b`.
     unsafe {
-        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, accumulate, a.as_ptr(), 1, k as isize, b.as_ptr(), b_col_stride, b_row_stride, 1.0, 1.0, false, false, false, parallelism);
+        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, accumulate, a.as_ptr(), 1, a_rows as isize, b.as_ptr(), b_col_stride, b_row_stride, 1.0, 1.0, false, false, false, parallelism);
     }
 }
 
@@ -150,7 +151,8 @@ pub(crate) struct HostTape<B: Backend> {
     dims: [usize; 3],
     /// The hidden weight's values, `[hidden, gates × hidden]`.
     weight: TensorData,
-    /// The hidden state each step started from, `[seq × batch, hidden]`.
+    /// The hidden state each step started from, `[batch × seq, hidden]` (row `b × seq + t`, as
+    /// the input and output rows).
     previous: Vec<f32>,
     /// LSTM: `[i, f, o, g]` after their activations; GRU: `[z, r]`, `h · W_n + b_n`, `n`.
     /// `[seq × batch, 4 × hidden]` either way.
@@ -191,7 +193,7 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
         let bias = values(&bias);
         let mut output = vec![0f32; batch * seq * hidden];
         let kept = if record { seq * batch } else { 0 };
-        let mut previous = Vec::with_capacity(kept * hidden);
+        let mut previous = vec![0f32; kept * hidden];
         let mut gates = Vec::with_capacity(kept * 4 * hidden);
         let mut cells = Vec::with_capacity(if cell == Cell::Lstm { kept * 2 * hidden } else { 0 });
         let weight = host_f32(weight);
@@ -201,11 +203,11 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
         let mut row = vec![0f32; 4 * hidden];
         let mut row_cell = vec![0f32; hidden];
         for t in order(seq, reverse) {
-            host_matmul(&mut recurrent, &h, values(&weight), [batch, hidden, width], Read::Plain, false);
-            if record {
-                previous.extend_from_slice(&h);
-            }
+            host_matmul(&mut recurrent, (&h, hidden), values(&weight), [batch, hidden, width], Read::Plain, false);
             for b in 0..batch {
+                if record {
+                    previous[(b * seq + t) * hidden..][..hidden].copy_from_slice(&h[b * hidden..][..hidden]);
+                }
                 let x = &projected[(b * seq + t) * width..][..width];
                 let r = &recurrent[b * width..][..width];
                 let h = &mut h[b * hidden..][..hidden];
@@ -264,8 +266,12 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
         let grad = host_f32(grad);
         let grad = values(&grad);
         let mut d_projected = vec![0f32; batch * seq * width];
-        // Per step, in run order: the gradient of `h · W_h + b_h`.
-        let mut d_recurrent = vec![0f32; seq * batch * width];
+        // The gradient of `h · W_h + b_h`, rows as `d_projected`'s. The LSTM's is `d_projected`
+        // itself; the GRU's differs in the `n` block, whose hidden side the reset gate scales.
+        let mut d_recurrent = match tape.cell {
+            Cell::Lstm => Vec::new(),
+            Cell::Gru => vec![0f32; batch * seq * width],
+        };
         let mut d_bias = vec![0f32; width];
         let mut dh = vec![0f32; batch * hidden]; // from the next step to run, through `h · W_h`
         let mut dc = vec![0f32; batch * hidden]; // LSTM: from the next step, through `f · c`
@@ -274,43 +280,44 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
             let t = times[s];
             for b in 0..batch {
                 let at = s * batch + b;
+                let row = (b * seq + t) * width;
                 let g = &tape.gates[at * 4 * hidden..][..4 * hidden];
                 let dh = &mut dh[b * hidden..][..hidden];
                 for (d, from_output) in dh.iter_mut().zip(&grad[(b * seq + t) * hidden..][..hidden]) {
                     *d += from_output;
                 }
-                let d_rec = &mut d_recurrent[at * width..][..width];
-                let d_proj = &mut d_projected[(b * seq + t) * width..][..width];
-                match tape.cell {
+                let d_proj = &mut d_projected[row..][..width];
+                let d_rec: &[f32] = match tape.cell {
                     Cell::Lstm => {
                         let (c_prev, c_tanh) = tape.cells[at * 2 * hidden..][..2 * hidden].split_at(hidden);
-                        lstm_cell_backward(g, c_prev, c_tanh, dh, &mut dc[b * hidden..][..hidden], d_rec);
-                        d_proj.copy_from_slice(d_rec);
+                        lstm_cell_backward(g, c_prev, c_tanh, dh, &mut dc[b * hidden..][..hidden], d_proj);
                         dh.fill(0.0);
+                        d_proj
                     }
                     Cell::Gru => {
-                        let h_prev = &tape.previous[at * hidden..][..hidden];
+                        let d_rec = &mut d_recurrent[row..][..width];
+                        let h_prev = &tape.previous[(b * seq + t) * hidden..][..hidden];
                         gru_cell_backward(g, h_prev, dh, d_rec, &mut d_proj[2 * hidden..]);
                         d_proj[..2 * hidden].copy_from_slice(&d_rec[..2 * hidden]);
+                        d_rec
                     }
-                }
-                for (sum, d) in d_bias.iter_mut().zip(d_rec.iter()) {
+                };
+                for (sum, d) in d_bias.iter_mut().zip(d_rec) {
                     *sum += d;
                 }
             }
             if s > 0 {
-                // dh += d_rec · W_hᵀ
-                host_matmul(&mut dh, &d_recurrent[s * batch * width..][..batch * width], values(&tape.weight), [batch, width, hidden], Read::Transposed, true);
+                // dh += d_rec · W_hᵀ, over step t's rows (`seq × width` values apart)
+                let d_rec = if tape.cell == Cell::Lstm { &d_projected } else { &d_recurrent };
+                host_matmul(&mut dh, (&d_rec[t * width..], seq * width), values(&tape.weight), [batch, width, hidden], Read::Transposed, true);
             }
         }
         let tensor = |data: Vec<f32>, rows: usize, cols: usize| Tensor::<B, 2>::from_data(TensorData::new(data, [rows, cols]), &device);
-        let previous = tensor(tape.previous, seq * batch, hidden);
-        let weight = previous.transpose().matmul(tensor(d_recurrent, seq * batch, width));
-        (
-            Tensor::from_data(TensorData::new(d_projected, [batch, seq, width]), &device),
-            weight,
-            Tensor::from_data(TensorData::new(d_bias, [width]), &device),
-        )
+        let previous = tensor(tape.previous, batch * seq, hidden);
+        let d_projected = tensor(d_projected, batch * seq, width);
+        let d_recurrent = if tape.cell == Cell::Lstm { d_projected.clone() } else { tensor(d_recurrent, batch * seq, width) };
+        let weight = previous.transpose().matmul(d_recurrent);
+        (d_projected.reshape([batch, seq, width]), weight, Tensor::from_data(TensorData::new(d_bias, [width]), &device))
     }
 }
 

@@ -7,9 +7,7 @@ use burn::optim::{
     Adam, AdamConfig, AdamState, AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams, Optimizer, SimpleOptimizer,
 };
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use std::any::TypeId;
 
-use burn::backend::{Flex, NdArray};
 use burn::tensor::{DType, ElementConversion, IndexingUpdateOp, Int, Tensor, TensorData};
 use tandem_models::wide::{self, Kernel};
 use tandem_models::Classifier;
@@ -176,12 +174,12 @@ impl HostAdamW {
 
     /// Whether the step runs as one pass on `B` (for f32 values; otherwise Burn's step runs).
     pub fn one_pass_on<B: Backend>() -> bool {
-        [TypeId::of::<Flex>(), TypeId::of::<NdArray>()].contains(&TypeId::of::<B>())
+        tandem_models::on_cpu::<B>()
     }
 }
 
-/// The scalars of one AdamW step, as Burn computes them.
-struct AdamWPass {
+/// One AdamW step over a parameter's values and moments, with Burn's scalars.
+struct AdamWStep<'a> {
     betas: (f32, f32),
     /// `1 − β₁`, `1 − β₂`.
     factors: (f32, f32),
@@ -191,18 +189,20 @@ struct AdamWPass {
     /// `1 − lr · decay`, without weight decay `None` (the values are then not multiplied at all).
     keep: Option<f32>,
     lr: f32,
+    values: &'a mut [f32],
+    m: &'a mut [f32],
+    v: &'a mut [f32],
+    grad: &'a [f32],
 }
 
-impl AdamWPass {
-    /// Updates `values` and the moments `m`, `v` from `grad`, compiled for wide vectors where the CPU has them.
-    fn run(&self, values: &mut [f32], m: &mut [f32], v: &mut [f32], grad: &[f32]) {
-        wide::run(AdamWKernel { pass: self, values, m, v, grad });
-    }
+/// Run by [`wide::run`]: compiled for wide vectors where the CPU has them.
+impl Kernel for AdamWStep<'_> {
+    type Output = ();
 
     #[inline(always)]
-    fn update(&self, values: &mut [f32], m: &mut [f32], v: &mut [f32], grad: &[f32]) {
+    fn run(self) {
         let ((beta_1, beta_2), (factor_1, factor_2), (correction_1, correction_2)) = (self.betas, self.factors, self.corrections);
-        for (((p, m), v), &g) in values.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(grad) {
+        for (((p, m), v), &g) in self.values.iter_mut().zip(self.m.iter_mut()).zip(self.v.iter_mut()).zip(self.grad) {
             *m = *m * beta_1 + g * factor_1;
             *v = *v * beta_2 + g * g * factor_2;
             let delta = (*m / correction_1) / ((*v / correction_2).sqrt() + self.epsilon);
@@ -212,24 +212,6 @@ impl AdamWPass {
             };
             *p = decayed - delta * self.lr;
         }
-    }
-}
-
-/// [`AdamWPass::run`]'s arguments.
-struct AdamWKernel<'a> {
-    pass: &'a AdamWPass,
-    values: &'a mut [f32],
-    m: &'a mut [f32],
-    v: &'a mut [f32],
-    grad: &'a [f32],
-}
-
-impl Kernel for AdamWKernel<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn run(self) {
-        self.pass.update(self.values, self.m, self.v, self.grad);
     }
 }
 
@@ -250,16 +232,19 @@ impl<B: Backend> SimpleOptimizer<B> for HostAdamW {
         };
         // Burn's scalars: `1 − β`, the bias corrections, and the f64 decay factor and learning rate as f32.
         let decay_rate = lr * f64::from(self.weight_decay);
-        let pass = AdamWPass {
+        let f32s = "checked above: f32";
+        wide::run(AdamWStep {
             betas: (self.beta_1, self.beta_2),
             factors: (1.0 - self.beta_1, 1.0 - self.beta_2),
             corrections: (1f32 - self.beta_1.powi(time as i32), 1f32 - self.beta_2.powi(time as i32)),
             epsilon: self.epsilon,
             keep: (decay_rate != 0.0).then_some((1.0 - decay_rate) as f32),
             lr: lr as f32,
-        };
-        let f32s = "checked above: f32";
-        pass.run(values.as_mut_slice::<f32>().expect(f32s), m.as_mut_slice::<f32>().expect(f32s), v.as_mut_slice::<f32>().expect(f32s), grad.as_slice::<f32>().expect(f32s));
+            values: values.as_mut_slice::<f32>().expect(f32s),
+            m: m.as_mut_slice::<f32>().expect(f32s),
+            v: v.as_mut_slice::<f32>().expect(f32s),
+            grad: grad.as_slice::<f32>().expect(f32s),
+        });
         let tensor = |data: TensorData| Tensor::<B, D>::from_data(data, &device);
         let momentum = AdaptiveMomentumState { time, moment_1: tensor(m), moment_2: tensor(v), max_moment_2: None };
         (tensor(values), Some(AdamWState::new(momentum)))
