@@ -162,7 +162,10 @@ fn predictive_sync_settings_are_read_and_checked() {
         "{MINIMAL}\n[[strategies]]\nkind = \"predictive-sync\"\nmodel_parallel = {{ stages = 2, schedule = \"gpipe\", micro_batches = 4, interconnect = \"1gbe\" }}\npredictor = {{ kind = \"holt\", alpha = 0.4 }}\ntrigger = {{ kind = \"periodic\", every = 10 }}\n"
     );
     let m = parse(&text).unwrap();
-    assert_eq!(m.strategies[0].label(), "predictive-sync-holt-periodic10-2s-gpipe-4m-1gbe");
+    // A setting off its default is part of the name, so one predictor can run with several.
+    assert_eq!(m.strategies[0].label(), "predictive-sync-holt-alpha0.4-periodic10-2s-gpipe-4m-1gbe");
+    let two = parse(&format!("{text}\n{}", text[MINIMAL.len()..].replace("alpha = 0.4", "alpha = 0.5"))).unwrap();
+    assert_eq!(two.strategies[1].label(), "predictive-sync-holt-periodic10-2s-gpipe-4m-1gbe");
     assert_eq!(m.strategies[0].num_devices(), 2);
     let e = error_of(&text.replace("every = 10", "every = 0"));
     assert!(e.contains("strategies[0]") && e.contains("every"), "{e}");
@@ -173,7 +176,7 @@ fn predictive_sync_settings_are_read_and_checked() {
     let e = error_of(&text.replace("micro_batches = 4", "micro_batches = 0"));
     assert!(e.contains("model_parallel") && e.contains("micro_batches"), "{e}");
     let replay = parse(&format!("{text}replay_batches = 3\n")).unwrap();
-    assert_eq!(replay.strategies[0].label(), "predictive-sync-holt-periodic10-replay3-2s-gpipe-4m-1gbe");
+    assert_eq!(replay.strategies[0].label(), "predictive-sync-holt-alpha0.4-periodic10-replay3-2s-gpipe-4m-1gbe");
     let e = error_of(&format!("{text}replay_batches = 5000\n"));
     assert!(e.contains("strategies[0]") && e.contains("replay_batches"), "{e}");
 }

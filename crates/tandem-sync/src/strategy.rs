@@ -51,7 +51,8 @@ impl PredictiveSyncConfig {
         Ok(())
     }
 
-    /// Short label for run names, e.g. `predictive-sync-holt-periodic4-2s-gpipe-8m`.
+    /// Short label for run names, e.g. `predictive-sync-holt-periodic4-2s-gpipe-8m`
+    /// (`…-velocity-damping0.9-…` for a predictor's non-default settings).
     pub fn label(&self) -> String {
         let trigger = match &self.trigger {
             TriggerConfig::Periodic { every } => format!("periodic{every}"),
@@ -60,7 +61,7 @@ impl PredictiveSyncConfig {
         };
         let mp = self.model_parallel.label();
         let replay = if self.replay_batches > 0 { format!("-replay{}", self.replay_batches) } else { String::new() };
-        format!("predictive-sync-{}-{trigger}{replay}{}", self.predictor.name(), mp.trim_start_matches("model-parallel"))
+        format!("predictive-sync-{}-{trigger}{replay}{}", self.predictor.label(), mp.trim_start_matches("model-parallel"))
     }
 
     /// The strategy: `model` cut into stages on `devices`, each stage with its own policy. In a
