@@ -306,7 +306,7 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
                     *sum += d;
                 }
             }
-            if s > 0 {
+            if s > 0 && batch > 0 {
                 // dh += d_rec · W_hᵀ, over step t's rows (`seq × width` values apart)
                 let d_rec = if tape.cell == Cell::Lstm { &d_projected } else { &d_recurrent };
                 host_matmul(&mut dh, (&d_rec[t * width..], seq * width), values(&tape.weight), [batch, width, hidden], Read::Transposed, true);

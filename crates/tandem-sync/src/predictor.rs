@@ -102,14 +102,14 @@ impl PredictorConfig {
     /// The name, followed by each setting that differs from its default (`velocity-damping0.9`),
     /// so that runs of one predictor with different settings get different names.
     pub fn label(&self) -> String {
-        let set = |key: &str, value: f64, default: f64| (value != default).then(|| format!("-{key}{value}"));
+        let set = |key: &str, value: f64, default: f64| (value != default).then(|| format!("-{key}{value:?}"));
         let settings: Vec<Option<String>> = match *self {
             Self::Static => vec![],
             Self::Velocity { damping } => vec![set("damping", damping, one())],
             Self::Ema { alpha } => vec![set("alpha", alpha, ema_alpha())],
             Self::Holt { alpha, beta, phi } => vec![set("alpha", alpha, holt_alpha()), set("beta", beta, holt_beta()), set("phi", phi, holt_phi())],
             Self::LeastSquares { window: w } => vec![(w != window()).then(|| format!("-window{w}"))],
-            Self::Kalman { level_noise, trend_noise } => vec![set("level", level_noise, self::level_noise()), set("trend", trend_noise, self::trend_noise())],
+            Self::Kalman { level_noise, trend_noise } => vec![set("level_noise", level_noise, self::level_noise()), set("trend_noise", trend_noise, self::trend_noise())],
         };
         settings.into_iter().flatten().fold(self.name().to_string(), |label, s| label + &s)
     }
