@@ -124,9 +124,9 @@ enum Read {
 
 /// `out = a · b`, or with `accumulate` `out += a · b`, for row-major `a` (`[m, k]`, its rows
 /// `a_rows` values apart) and `b` read as `read` says, in host memory with the `gemm` crate
-/// that Flex's own matmul runs on, on one thread below Flex's threshold for using all of them (192³ multiply-adds; an LSTM of
-/// hidden 128 crosses it at batch 109). Going through tensors instead cost two allocations and
-/// three copies of the output per step.
+/// that Flex's own matmul runs on, on one thread below Flex's threshold for using all of them
+/// (192³ multiply-adds; an LSTM of hidden 128 crosses it at batch 109). Going through tensors
+/// instead cost two allocations and three copies of the output per step.
 fn host_matmul(out: &mut [f32], (a, a_rows): (&[f32], usize), b: &[f32], [m, k, n]: [usize; 3], read: Read, accumulate: bool) {
     let a_len = if m == 0 { 0 } else { (m - 1) * a_rows + k };
     assert!(out.len() == m * n && a_rows >= k && a.len() >= a_len && b.len() == k * n, "host_matmul: [{m}, {k}] · [{k}, {n}] with {} / {} / {} values", a.len(), b.len(), out.len());
