@@ -10,6 +10,7 @@ use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 
+use crate::embedding::masked_embedding;
 use crate::fused;
 
 /// What flows from one block (or stage) to the next.
@@ -89,6 +90,8 @@ pub struct EmbeddingBlock<B: Backend> {
     pub(crate) tokens: Embedding<B>,
     pub(crate) positions: Option<Embedding<B>>,
     pub(crate) dropout: Dropout,
+    /// Runs [`masked_embedding`] (where the backend has it) instead of Burn's lookup and a mask.
+    pub(crate) fused: bool,
 }
 
 impl<B: Backend> EmbeddingBlock<B> {
@@ -96,12 +99,19 @@ impl<B: Backend> EmbeddingBlock<B> {
     pub fn forward(&self, tokens: Tensor<B, 2, Int>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
         let [batch, seq] = tokens.dims();
         let device = tokens.device();
+        let position_ids = || Tensor::<B, 1, Int>::arange(0..seq as i64, &device).reshape([1, seq]).repeat_dim(0, batch);
+        if self.fused {
+            if let Some(x) = masked_embedding(self.tokens.weight.val(), tokens.clone(), mask_pad) {
+                let x = match &self.positions {
+                    Some(positions) => x + masked_embedding(positions.weight.val(), position_ids(), mask_pad).expect("the same backend"),
+                    None => x,
+                };
+                return self.dropout.forward(x);
+            }
+        }
         let mut x = self.tokens.forward(tokens);
         if let Some(positions) = &self.positions {
-            let ids = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
-                .reshape([1, seq])
-                .repeat_dim(0, batch);
-            x = x + positions.forward(ids);
+            x = x + positions.forward(position_ids());
         }
         // The mask at the full shape: CPU backends multiply same-shape tensors in a vectorised loop,
         // a broadcast one element by element (forward and backward). It is expanded as an outer

@@ -59,8 +59,9 @@ pub struct CnnConfig {
     pub kernel_widths: Vec<usize>,
     pub embedding_dropout: f64,
     pub dropout: f64,
-    /// All widths as one im2col matmul (`true`), or one Burn `Conv1d` forward per width.
-    /// Same parameters and results either way; only the speed differs.
+    /// All widths as one im2col matmul and the embedding lookup as one operation (`true`), or
+    /// Burn's `Conv1d` forward per width and Burn's lookup. Same parameters and results either
+    /// way; only the speed differs.
     pub fused: bool,
 }
 
@@ -81,8 +82,9 @@ pub struct RecurrentConfig {
     pub embedding_dropout: f64,
     /// Dropout after each recurrent layer and before the output layer.
     pub dropout: f64,
-    /// Tandem's fused recurrence, a few large matmuls per step (`true`), or Burn's LSTM / GRU
-    /// forward. Same parameters and results either way; only the speed differs.
+    /// Tandem's fused recurrence, a few large matmuls per step, and its embedding lookup
+    /// (`true`), or Burn's LSTM / GRU forward and lookup. Same parameters and results either
+    /// way; only the speed differs.
     pub fused: bool,
 }
 
@@ -104,8 +106,8 @@ pub struct TransformerConfig {
     pub dropout: f64,
     /// Pre-norm (`true`) or post-norm (`false`, the original Transformer) layers.
     pub norm_first: bool,
-    /// Tandem's encoder-layer forward, linear layers on rows (`true`), or Burn's own. Same
-    /// parameters and results either way; only the speed differs.
+    /// Tandem's encoder-layer forward, linear layers on rows, and its embedding lookup (`true`),
+    /// or Burn's own. Same parameters and results either way; only the speed differs.
     pub fused: bool,
 }
 
@@ -190,7 +192,7 @@ impl ModelConfig {
 
     /// Builds the model on `device` (parameters drawn from the backend's seeded RNG).
     pub fn init<B: Backend>(&self, input: &InputSpec, device: &B::Device) -> Classifier<B> {
-        let embedding = |dim: usize, positions: bool, p: f64| {
+        let embedding = |dim: usize, positions: bool, p: f64, fused: bool| {
             Block::Embedding(EmbeddingBlock {
                 tokens: EmbeddingConfig::new(input.vocab_size, dim).init(device),
                 // Small learned positions: N(0, 1) positions would drown N(0, 1) word vectors.
@@ -200,6 +202,7 @@ impl ModelConfig {
                         .init(device)
                 }),
                 dropout: DropoutConfig::new(p).init(),
+                fused,
             })
         };
         let head = |d_in: usize, p: f64| {
@@ -210,7 +213,7 @@ impl ModelConfig {
         };
         let blocks = match self {
             Self::Cnn(c) => vec![
-                embedding(c.embedding_dim, false, c.embedding_dropout),
+                embedding(c.embedding_dim, false, c.embedding_dropout, c.fused),
                 Block::ConvPool(ConvPoolBlock {
                     convs: c
                         .kernel_widths
@@ -224,7 +227,7 @@ impl ModelConfig {
             Self::Lstm(c) | Self::Gru(c) => {
                 let lstm = matches!(self, Self::Lstm(_));
                 let directions = if c.bidirectional { 2 } else { 1 };
-                let mut blocks = vec![embedding(c.embedding_dim, false, c.embedding_dropout)];
+                let mut blocks = vec![embedding(c.embedding_dim, false, c.embedding_dropout, c.fused)];
                 for layer in 0..c.layers {
                     let d_in = if layer == 0 { c.embedding_dim } else { c.hidden * directions };
                     let rnn = match (lstm, c.bidirectional) {
@@ -242,7 +245,7 @@ impl ModelConfig {
                 let layer_config = TransformerEncoderConfig::new(c.d_model, c.d_ff, c.heads, c.layers)
                     .with_dropout(c.dropout)
                     .with_norm_first(c.norm_first);
-                let mut blocks = vec![embedding(c.d_model, true, c.embedding_dropout)];
+                let mut blocks = vec![embedding(c.d_model, true, c.embedding_dropout, c.fused)];
                 blocks.extend((0..c.layers).map(|_| {
                     Block::Encoder(EncoderBlock { layer: TransformerEncoderLayer::new(&layer_config, device), fused: c.fused })
                 }));

@@ -7,7 +7,11 @@
 
 use std::any::{Any, TypeId};
 
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::ops::{Backward, OpsKind};
+use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorData};
 
 /// Whether `B` is a CPU backend compiled into this crate (Flex, ndarray), whose values the
@@ -37,4 +41,26 @@ pub(crate) fn values(data: &TensorData) -> &[f32] {
 /// The values of data from [`host_f32`], writable.
 pub(crate) fn values_mut(data: &mut TensorData) -> &mut [f32] {
     data.as_mut_slice::<f32>().expect("converted to f32 by `host_f32`")
+}
+
+/// Runs an operation on the inner backend `I` and registers it as **one autodiff node** with the
+/// hand-written backward pass `op`. `run` gets the parents' values and whether the node is
+/// tracked (some parent needs a gradient); it returns the output and, when tracked, the state
+/// `op` needs.
+pub(crate) fn record_node<I: Backend, Op: Backward<I, N>, const N: usize>(
+    op: Op,
+    parents: [FloatTensor<Autodiff<I>>; N],
+    run: impl FnOnce([FloatTensor<I>; N], bool) -> (FloatTensor<I>, Option<Op::State>),
+) -> FloatTensor<Autodiff<I>> {
+    let nodes = parents.each_ref().map(|p| p.node.clone());
+    // The parents stay referenced until the node is registered, as in Burn's own operations.
+    let _held = parents.each_ref().map(|p| p.rc.clone());
+    let values = parents.map(|p| p.primitive);
+    match op.prepare::<NoCheckpointing>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (out, state) = run(values, true);
+            prep.finish(state.expect("a tracked run returns its state"), out)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(run(values, false).0),
+    }
 }

@@ -5,16 +5,17 @@
 //! the input and the hidden state), records each of them for autodiff, and writes each step's
 //! output into the sequence with a `slice_assign`, whose backward copies the whole sequence again
 //! at every step. Here:
-//! - the input projection of every time step is one matmul, and the time loop (one matmul of `h`
-//!   by all gates' hidden weights per step) is one autodiff operation with a hand-written
-//!   backward pass ([`crate::recurrence`]);
+//! - the input projection of every time step is one matmul ([`crate::linear`]: one autodiff
+//!   node on the CPU backends; the LSTM's input bias joins its hidden bias), and the time loop
+//!   (one matmul of `h` by all gates' hidden weights per step) is one autodiff operation with a
+//!   hand-written backward pass ([`crate::recurrence`]);
 //! - the CNN's convolutions of every width and their max pooling are one operation
 //!   ([`crate::conv_max`]) whose backward uses that each maximum came from one window;
 //! - a Transformer encoder layer runs every linear layer on `[batch × seq, features]` rows. Burn
 //!   applies a `Linear` to a 3-D input as a *batched* matmul, so its weight gradient is one small
 //!   matmul per sample, summed afterwards (a `[batch, in, out]` intermediate); on rows it is one
-//!   large matmul. The padding mask is expanded to the scores' shape once per layer instead of
-//!   being broadcast by each `mask_fill` (forward and backward). On the CPU backends, GELU,
+//!   large matmul ([`crate::linear`]). The padding mask is expanded to the scores' shape once
+//!   per layer instead of being broadcast by each `mask_fill` (forward and backward). On the CPU backends, GELU,
 //!   the scores' softmax, the head split and merge, and layer norm's normalising part are one
 //!   autodiff node each ([`crate::gelu`], [`crate::softmax`], `permute`, [`crate::layer_norm`]).
 //!
@@ -40,6 +41,7 @@ use burn::tensor::{Bool, Tensor};
 use crate::conv_max::{conv_max, Widths};
 use crate::gelu::gelu;
 use crate::layer_norm::layer_norm;
+use crate::linear::linear_rows;
 use crate::permute::permute;
 use crate::softmax::softmax_last;
 use crate::recurrence::{recurrence, Cell};
@@ -81,8 +83,15 @@ impl<B: Backend> GateWeights<B> {
 fn run<B: Backend>(cell: Cell, w: GateWeights<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
     let [batch, seq, d_in] = x.dims();
     let width = w.input.dims()[1];
-    let projected = (x.reshape([batch * seq, d_in]).matmul(w.input) + w.input_bias.unsqueeze()).reshape([batch, seq, width]);
-    recurrence(cell, projected, w.hidden, w.hidden_bias, reverse)
+    let x = x.reshape([batch * seq, d_in]);
+    let (projected, bias) = match cell {
+        // Both biases reach every LSTM gate unscaled: their sum joins the hidden side, which the
+        // time loop adds anyway, and the input projection writes its rows once.
+        Cell::Lstm => (linear_rows(x, w.input, None), w.hidden_bias + w.input_bias),
+        // The GRU's reset gate scales the hidden side of `n` only, not its input bias.
+        Cell::Gru => (linear_rows(x, w.input, Some(w.input_bias)), w.hidden_bias),
+    };
+    recurrence(cell, projected.reshape([batch, seq, width]), w.hidden, bias, reverse)
 }
 
 /// `[batch, seq, d_in]` → `[batch, seq, hidden]` through `lstm`'s parameters.
@@ -155,7 +164,8 @@ pub fn encoder_layer<B: Backend>(layer: &TransformerEncoderLayer<B>, x: Tensor<B
 /// `linear` applied to every position of `[batch, seq, in]`, as one `[batch × seq, in]` matmul.
 fn on_rows<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [batch, seq, d_in] = x.dims();
-    let out = linear.forward(x.reshape([batch * seq, d_in]));
+    let rows = x.reshape([batch * seq, d_in]);
+    let out = linear_rows(rows, linear.weight.val(), linear.bias.as_ref().map(|b| b.val()));
     let d_out = out.dims()[1];
     out.reshape([batch, seq, d_out])
 }

@@ -1,16 +1,19 @@
 //! The time loop of [`crate::recurrence`] on a CPU backend, in host memory: per step, one matmul
-//! `h · W_h` (with `gemm`, see [`host_matmul`]) and the gate arithmetic as one loop over the values.
+//! `h · W_h` ([`host_matmul`]) and the gate arithmetic as one loop over the values.
 //!
 //! The tensor-operation version runs about twenty small operations per step (each allocating
 //! its `[batch, gates × hidden]` result); on a CPU that, not the arithmetic, was a third of an
 //! LSTM training step. Sigmoid and tanh come from [`crate::host_math`], polynomials the compiler
 //! vectorises (libm's `expf` is a scalar call per value).
 
+use std::cell::RefCell;
+
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
 use crate::recurrence::{order, Cell};
 use crate::dispatch::{host_f32, values};
+use crate::host_gemm::{host_matmul, host_product, Matrix};
 use crate::host_math::{sigmoid, tanh};
 use crate::wide::{self, Kernel};
 
@@ -45,14 +48,14 @@ fn blocks_mut(row: &mut [f32], hidden: usize) -> [&mut [f32]; 4] {
 // cannot tell, and falls back to one value at a time).
 
 /// LSTM: the new cell state `c`, its `tanh` and the hidden state `h` from the activated gates
-/// `[i, f, o, g]`.
+/// `[i, f, o, g]` and the cell state before, `c_prev`.
 #[inline(always)]
-fn lstm_cell(gates: &[f32], c: &mut [f32], c_tanh: &mut [f32], h: &mut [f32]) {
+fn lstm_cell(gates: &[f32], c_prev: &[f32], c: &mut [f32], c_tanh: &mut [f32], h: &mut [f32]) {
     let n = h.len();
     let [i, f, o, g] = blocks(gates, n);
-    let (c, c_tanh) = (&mut c[..n], &mut c_tanh[..n]);
+    let (c_prev, c, c_tanh) = (&c_prev[..n], &mut c[..n], &mut c_tanh[..n]);
     for j in 0..n {
-        c[j] = f[j] * c[j] + i[j] * g[j];
+        c[j] = f[j] * c_prev[j] + i[j] * g[j];
         c_tanh[j] = tanh(c[j]);
         h[j] = o[j] * c_tanh[j];
     }
@@ -113,35 +116,6 @@ fn gru_cell_backward(gates: &[f32], h_prev: &[f32], dh: &mut [f32], d_rec: &mut 
     }
 }
 
-/// How [`host_matmul`] reads its right-hand side.
-#[derive(Clone, Copy)]
-enum Read {
-    /// `[k, n]`, row-major.
-    Plain,
-    /// `[n, k]`, row-major, used as its transpose.
-    Transposed,
-}
-
-/// `out = a · b`, or with `accumulate` `out += a · b`, for row-major `a` (`[m, k]`, its rows
-/// `a_rows` values apart) and `b` read as `read` says, in host memory with the `gemm` crate
-/// that Flex's own matmul runs on, on one thread below Flex's threshold for using all of them
-/// (192³ multiply-adds; an LSTM of hidden 128 crosses it at batch 109). Going through tensors
-/// instead cost two allocations and three copies of the output per step.
-fn host_matmul(out: &mut [f32], (a, a_rows): (&[f32], usize), b: &[f32], [m, k, n]: [usize; 3], read: Read, accumulate: bool) {
-    let a_len = if m == 0 { 0 } else { (m - 1) * a_rows + k };
-    assert!(out.len() == m * n && a_rows >= k && a.len() >= a_len && b.len() == k * n, "host_matmul: [{m}, {k}] · [{k}, {n}] with {} / {} / {} values", a.len(), b.len(), out.len());
-    let (b_col_stride, b_row_stride) = match read {
-        Read::Plain => (1, n as isize),
-        Read::Transposed => (k as isize, 1),
-    };
-    let parallelism = if m * n * k >= 192 * 192 * 192 { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
-    // SAFETY: with the sizes checked above, every element gemm reads or writes lies inside the
-    // three slices; `out`, a `&mut`, overlaps neither `a` nor `b`.
-    unsafe {
-        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, accumulate, a.as_ptr(), 1, a_rows as isize, b.as_ptr(), b_col_stride, b_row_stride, 1.0, 1.0, false, false, false, parallelism);
-    }
-}
-
 /// Everything the backward pass needs, in host memory; per-step blocks in the order the steps ran.
 #[derive(Clone, Debug)]
 pub(crate) struct HostTape<B: Backend> {
@@ -157,8 +131,7 @@ pub(crate) struct HostTape<B: Backend> {
     /// LSTM: `[i, f, o, g]` after their activations; GRU: `[z, r]`, `h · W_n + b_n`, `n`.
     /// `[seq × batch, 4 × hidden]` either way.
     gates: Vec<f32>,
-    /// LSTM only: the cell state each step started from and `tanh` of the one it ended with,
-    /// `[seq × batch, 2 × hidden]`.
+    /// LSTM only: the cell state each step ended with and its `tanh`, `[seq × batch, 2 × hidden]`.
     cells: Vec<f32>,
 }
 
@@ -191,19 +164,28 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
         let projected = host_f32(projected);
         let (projected, bias) = (values(&projected), host_f32(bias));
         let bias = values(&bias);
-        let mut output = vec![0f32; batch * seq * hidden];
-        let kept = if record { seq * batch } else { 0 };
-        let mut previous = vec![0f32; kept * hidden];
-        let mut gates = Vec::with_capacity(kept * 4 * hidden);
-        let mut cells = Vec::with_capacity(if cell == Cell::Lstm { kept * 2 * hidden } else { 0 });
         let weight = host_f32(weight);
+        let mut output = vec![0f32; batch * seq * hidden];
+        let mut previous = tape_buffer(if record { seq * batch * hidden } else { 0 });
+        // The gates and (LSTM) cell states are written where the tape keeps them, per step in
+        // run order; without `record`, into one step's block (the cells: two, this step's and
+        // the one before).
+        let (gates_len, cells_len) = (batch * 4 * hidden, if cell == Cell::Lstm { batch * 2 * hidden } else { 0 });
+        let mut gates = tape_buffer(if record { seq } else { 1 } * gates_len);
+        let cell_blocks = if record { seq } else { 2 };
+        let mut cells = tape_buffer(cell_blocks * cells_len);
+        let no_cells = vec![0f32; cells_len]; // before the first step
         let mut h = vec![0f32; batch * hidden];
-        let mut c = vec![0f32; batch * hidden];
-        let mut recurrent = vec![0f32; batch * width];
-        let mut row = vec![0f32; 4 * hidden];
-        let mut row_cell = vec![0f32; hidden];
-        for t in order(seq, reverse) {
-            host_matmul(&mut recurrent, (&h, hidden), values(&weight), [batch, hidden, width], Read::Plain, false);
+        let mut recurrent = vec![0f32; batch * width]; // zero at the first step, where h is
+        for (s, t) in order(seq, reverse).into_iter().enumerate() {
+            if s > 0 {
+                host_matmul(&mut recurrent, Matrix::rows(&h, batch, hidden), Matrix::rows(values(&weight), hidden, width), false);
+            }
+            let step_gates = &mut gates[if record { s * gates_len } else { 0 }..][..gates_len];
+            let (cells_before, step_cells) = match s {
+                0 => (&no_cells[..], &mut cells[..cells_len]),
+                _ => two_blocks(&mut cells, (s - 1) % cell_blocks, s % cell_blocks, cells_len),
+            };
             for b in 0..batch {
                 if record {
                     previous[(b * seq + t) * hidden..][..hidden].copy_from_slice(&h[b * hidden..][..hidden]);
@@ -211,32 +193,75 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
                 let x = &projected[(b * seq + t) * width..][..width];
                 let r = &recurrent[b * width..][..width];
                 let h = &mut h[b * hidden..][..hidden];
+                let row = &mut step_gates[b * 4 * hidden..][..4 * hidden];
                 match cell {
                     Cell::Lstm => {
-                        let c = &mut c[b * hidden..][..hidden];
                         activate(&mut row[..3 * hidden], &r[..3 * hidden], &bias[..3 * hidden], &x[..3 * hidden], sigmoid);
                         activate(&mut row[3 * hidden..], &r[3 * hidden..], &bias[3 * hidden..], &x[3 * hidden..], tanh);
-                        if record {
-                            cells.extend_from_slice(c);
-                        }
-                        lstm_cell(&row, c, &mut row_cell, h);
-                        if record {
-                            cells.extend_from_slice(&row_cell);
-                        }
+                        let (c, c_tanh) = step_cells[b * 2 * hidden..][..2 * hidden].split_at_mut(hidden);
+                        lstm_cell(row, &cells_before[b * 2 * hidden..][..hidden], c, c_tanh, h);
                     }
                     Cell::Gru => {
                         activate(&mut row[..2 * hidden], &r[..2 * hidden], &bias[..2 * hidden], &x[..2 * hidden], sigmoid);
-                        gru_cell(&mut row, &r[2 * hidden..], &bias[2 * hidden..], &x[2 * hidden..], h);
+                        gru_cell(row, &r[2 * hidden..], &bias[2 * hidden..], &x[2 * hidden..], h);
                     }
-                }
-                if record {
-                    gates.extend_from_slice(&row);
                 }
                 output[(b * seq + t) * hidden..][..hidden].copy_from_slice(h);
             }
         }
         let output = Tensor::from_data(TensorData::new(output, [batch, seq, hidden]), &device);
         (output, record.then(|| HostTape { device, cell, reverse, dims: [batch, seq, hidden], weight, previous, gates, cells }))
+    }
+}
+
+thread_local! {
+    /// The tape buffers of this thread's finished backward passes, for its next forward passes.
+    static SPARE_BUFFERS: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// At most this many spare buffers are kept per thread (three or four per recurrent layer).
+const MAX_SPARE_BUFFERS: usize = 12;
+
+/// A buffer of `len` values for the tape, **which the caller overwrites in full**: a spare one
+/// of this thread when one is large enough (its old values left in place), else a new one. A
+/// new buffer is zero-filled first, a pass over 14 MB per LSTM layer at the reference shape
+/// (~2 % of a training step).
+fn tape_buffer(len: usize) -> Vec<f32> {
+    if len == 0 {
+        return Vec::new();
+    }
+    let spare = SPARE_BUFFERS.with(|spares| {
+        let mut spares = spares.borrow_mut();
+        // The smallest that is large enough, so that a large one stays for a large request.
+        let (at, _) = spares.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity())?;
+        Some(spares.swap_remove(at))
+    });
+    let mut buffer = spare.unwrap_or_default();
+    buffer.resize(len, 0.0); // shortens a spare; zero-fills only what a new buffer lacks
+    buffer
+}
+
+/// Keeps `buffers` for this thread's next [`tape_buffer`]s.
+fn spare(buffers: impl IntoIterator<Item = Vec<f32>>) {
+    SPARE_BUFFERS.with(|spares| {
+        let mut spares = spares.borrow_mut();
+        for buffer in buffers {
+            if spares.len() < MAX_SPARE_BUFFERS && buffer.capacity() > 0 {
+                spares.push(buffer);
+            }
+        }
+    });
+}
+
+/// Block `before` (read) and block `now` (written) of `len` values each, two different blocks
+/// of `buffer`.
+fn two_blocks(buffer: &mut [f32], before: usize, now: usize, len: usize) -> (&[f32], &mut [f32]) {
+    if before < now {
+        let (head, tail) = buffer.split_at_mut(now * len);
+        (&head[before * len..][..len], &mut tail[..len])
+    } else {
+        let (head, tail) = buffer.split_at_mut(before * len);
+        (&tail[..len], &mut head[now * len..][..len])
     }
 }
 
@@ -270,11 +295,20 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
         // itself; the GRU's differs in the `n` block, whose hidden side the reset gate scales.
         let mut d_recurrent = match tape.cell {
             Cell::Lstm => Vec::new(),
-            Cell::Gru => vec![0f32; batch * seq * width],
+            Cell::Gru => tape_buffer(batch * seq * width),
         };
         let mut d_bias = vec![0f32; width];
         let mut dh = vec![0f32; batch * hidden]; // from the next step to run, through `h · W_h`
         let mut dc = vec![0f32; batch * hidden]; // LSTM: from the next step, through `f · c`
+        let no_cell = vec![0f32; hidden]; // the cell state before the first step
+        // W_hᵀ as rows, `[width, hidden]`: gemm copies ("packs") it at every step, faster from rows.
+        let weight = values(&tape.weight);
+        let mut weight_t = vec![0f32; width * hidden];
+        for (r, row) in weight.chunks_exact(width).enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                weight_t[c * hidden + r] = v;
+            }
+        }
         let times = order(seq, tape.reverse);
         for s in (0..seq).rev() {
             let t = times[s];
@@ -289,7 +323,8 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
                 let d_proj = &mut d_projected[row..][..width];
                 let d_rec: &[f32] = match tape.cell {
                     Cell::Lstm => {
-                        let (c_prev, c_tanh) = tape.cells[at * 2 * hidden..][..2 * hidden].split_at(hidden);
+                        let c_prev = if s == 0 { &no_cell[..] } else { &tape.cells[(at - batch) * 2 * hidden..][..hidden] };
+                        let c_tanh = &tape.cells[at * 2 * hidden + hidden..][..hidden];
                         lstm_cell_backward(g, c_prev, c_tanh, dh, &mut dc[b * hidden..][..hidden], d_proj);
                         dh.fill(0.0);
                         d_proj
@@ -306,18 +341,22 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
                     *sum += d;
                 }
             }
-            if s > 0 && batch > 0 {
+            if s > 0 {
                 // dh += d_rec · W_hᵀ, over step t's rows (`seq × width` values apart)
                 let d_rec = if tape.cell == Cell::Lstm { &d_projected } else { &d_recurrent };
-                host_matmul(&mut dh, (&d_rec[t * width..], seq * width), values(&tape.weight), [batch, width, hidden], Read::Transposed, true);
+                let d_rec = Matrix::rows(&d_rec[t * width..], batch, width).with_row_stride(seq * width);
+                host_matmul(&mut dh, d_rec, Matrix::rows(&weight_t, width, hidden), true);
             }
         }
-        let tensor = |data: Vec<f32>, rows: usize, cols: usize| Tensor::<B, 2>::from_data(TensorData::new(data, [rows, cols]), &device);
-        let previous = tensor(tape.previous, batch * seq, hidden);
-        let d_projected = tensor(d_projected, batch * seq, width);
-        let d_recurrent = if tape.cell == Cell::Lstm { d_projected.clone() } else { tensor(d_recurrent, batch * seq, width) };
-        let weight = previous.transpose().matmul(d_recurrent);
-        (d_projected.reshape([batch, seq, width]), weight, Tensor::from_data(TensorData::new(d_bias, [width]), &device))
+        // d W_h = Σ h_prevᵀ · d_rec over every step's rows, one matmul.
+        let d_rec = if tape.cell == Cell::Lstm { &d_projected } else { &d_recurrent };
+        let d_weight = host_product(Matrix::rows(&tape.previous, batch * seq, hidden).t(), Matrix::rows(d_rec, batch * seq, width));
+        spare([tape.gates, tape.cells, tape.previous, d_recurrent]);
+        (
+            Tensor::from_data(TensorData::new(d_projected, [batch, seq, width]), &device),
+            Tensor::from_data(TensorData::new(d_weight, [hidden, width]), &device),
+            Tensor::from_data(TensorData::new(d_bias, [width]), &device),
+        )
     }
 }
 
