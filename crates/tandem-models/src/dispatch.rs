@@ -2,7 +2,7 @@
 //!
 //! Burn 0.21 gives a generic `B: Backend` no custom autodiff operation without an extra trait
 //! bound on every model, so the operations with their own backward pass ([`crate::recurrence`],
-//! [`crate::conv_max`]) compare `TypeId::of::<B>()` with the backends they know and then move
+//! [`crate::conv_max`], [`crate::linear`], the embedding lookup, [`crate::host_op`]'s) compare `TypeId::of::<B>()` with the backends they know and then move
 //! their tensors across with [`same_type`].
 
 use std::any::{Any, TypeId};

@@ -60,7 +60,8 @@ pub(crate) fn host_product(a: Matrix, b: Matrix) -> Vec<f32> {
     let mut out = Vec::with_capacity(len);
     // SAFETY: the sizes are checked above and `out` has room for `len` values; with more than one
     // row and column and a non-empty inner dimension, gemm's blocked path writes each of them
-    // (without reading it first: `accumulate` is off), so all `len` are initialised.
+    // (without reading it first: `accumulate` is off), so all `len` are initialised. (gemm's
+    // `experimental-apple-amx` kernel would read them first; that feature is not enabled.)
     unsafe {
         gemm_into(out.as_mut_ptr(), a, b, false);
         out.set_len(len);

@@ -166,14 +166,17 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
         let bias = values(&bias);
         let weight = host_f32(weight);
         let mut output = vec![0f32; batch * seq * hidden];
-        let mut previous = tape_buffer(if record { seq * batch * hidden } else { 0 });
+        // A tape's buffers come from this thread's spares (see `tape_buffer`); without `record`
+        // nothing gives them back, so plain ones.
+        let buffer = |len| if record { tape_buffer(len) } else { vec![0f32; len] };
+        let mut previous = buffer(if record { seq * batch * hidden } else { 0 });
         // The gates and (LSTM) cell states are written where the tape keeps them, per step in
         // run order; without `record`, into one step's block (the cells: two, this step's and
         // the one before).
         let (gates_len, cells_len) = (batch * 4 * hidden, if cell == Cell::Lstm { batch * 2 * hidden } else { 0 });
-        let mut gates = tape_buffer(if record { seq } else { 1 } * gates_len);
+        let mut gates = buffer(if record { seq } else { 1 } * gates_len);
         let cell_blocks = if record { seq } else { 2 };
-        let mut cells = tape_buffer(cell_blocks * cells_len);
+        let mut cells = buffer(cell_blocks * cells_len);
         let no_cells = vec![0f32; cells_len]; // before the first step
         let mut h = vec![0f32; batch * hidden];
         let mut recurrent = vec![0f32; batch * width]; // zero at the first step, where h is
@@ -219,7 +222,7 @@ thread_local! {
     static SPARE_BUFFERS: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// At most this many spare buffers are kept per thread (three or four per recurrent layer).
+/// At most this many spare buffers are kept per thread (three per recurrent layer and direction).
 const MAX_SPARE_BUFFERS: usize = 12;
 
 /// A buffer of `len` values for the tape, **which the caller overwrites in full**: a spare one
@@ -304,7 +307,7 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
         // W_hᵀ as rows, `[width, hidden]`: gemm copies ("packs") it at every step, faster from rows.
         let weight = values(&tape.weight);
         let mut weight_t = vec![0f32; width * hidden];
-        for (r, row) in weight.chunks_exact(width).enumerate() {
+        for (r, row) in weight.chunks_exact(width.max(1)).enumerate() {
             for (c, &v) in row.iter().enumerate() {
                 weight_t[c * hidden + r] = v;
             }
@@ -341,7 +344,7 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
                     *sum += d;
                 }
             }
-            if s > 0 {
+            if s > 0 && batch > 0 {
                 // dh += d_rec · W_hᵀ, over step t's rows (`seq × width` values apart)
                 let d_rec = if tape.cell == Cell::Lstm { &d_projected } else { &d_recurrent };
                 let d_rec = Matrix::rows(&d_rec[t * width..], batch, width).with_row_stride(seq * width);
