@@ -19,14 +19,14 @@
 use std::any::TypeId;
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, on_cpu, same_type, values};
+use crate::dispatch::{host_f32, on_cpu, record_node, same_type, values};
+use crate::host_gemm::transposed;
 
 /// The kernel width and filter count of each convolution, in the order of the weight's columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,13 +183,7 @@ impl Saved {
         let (widest, filters) = (self.widths.widest(), self.widths.filters());
         let row = widest * channels;
         // The weight transposed, `[filters, widest × channels]`, so each filter's kernel is a row.
-        let weight = values(&self.weight);
-        let mut kernels = vec![0f32; filters * row];
-        for (r, values) in weight.chunks_exact(filters).enumerate() {
-            for (f, &v) in values.iter().enumerate() {
-                kernels[f * row + r] = v;
-            }
-        }
+        let kernels = transposed(values(&self.weight), row, filters);
         let mut grad_x = vec![0f32; batch * seq * channels];
         let mut grad_kernels = vec![0f32; filters * row];
         for (width, count, first) in self.widths.columns() {
@@ -207,12 +201,7 @@ impl Saved {
                 }
             }
         }
-        let mut grad_weight = vec![0f32; row * filters];
-        for (f, values) in grad_kernels.chunks_exact(row).enumerate() {
-            for (r, &v) in values.iter().enumerate() {
-                grad_weight[r * filters + f] = v;
-            }
-        }
+        let grad_weight = transposed(&grad_kernels, filters, row);
         (TensorData::new(grad_x, [batch, seq, channels]), TensorData::new(grad_weight, [row, filters]))
     }
 }
@@ -226,15 +215,11 @@ fn add_scaled(into: &mut [f32], scale: f32, values: &[f32]) {
 
 /// Runs the forward pass on `I` and registers one autodiff node for it.
 fn tracked<I: Backend>(x: Tensor<Autodiff<I>, 3>, weight: Tensor<Autodiff<I>, 2>, widths: &Widths) -> Tensor<Autodiff<I>, 2> {
-    let (x, weight) = (x.into_primitive().tensor(), weight.into_primitive().tensor());
-    let run = || forward::<I>(Tensor::from_primitive(TensorPrimitive::Float(x.primitive)), Tensor::from_primitive(TensorPrimitive::Float(weight.primitive)), widths);
-    let output = match ConvMaxBackward.prepare::<NoCheckpointing>([x.node, weight.node]).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => {
-            let (pooled, saved) = run();
-            prep.finish(saved, pooled.into_primitive().tensor())
-        }
-        OpsKind::UnTracked(prep) => prep.finish(run().0.into_primitive().tensor()),
-    };
+    let parents = [x.into_primitive().tensor(), weight.into_primitive().tensor()];
+    let output = record_node(ConvMaxBackward, parents, |[x, weight], record| {
+        let (pooled, saved) = forward::<I>(Tensor::from_primitive(TensorPrimitive::Float(x)), Tensor::from_primitive(TensorPrimitive::Float(weight)), widths);
+        (pooled.into_primitive().tensor(), record.then_some(saved))
+    });
     Tensor::from_primitive(TensorPrimitive::Float(output))
 }
 

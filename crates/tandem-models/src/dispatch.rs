@@ -2,8 +2,9 @@
 //!
 //! Burn 0.21 gives a generic `B: Backend` no custom autodiff operation without an extra trait
 //! bound on every model, so the operations with their own backward pass ([`crate::recurrence`],
-//! [`crate::conv_max`], [`crate::linear`], the embedding lookup, [`crate::host_op`]'s) compare `TypeId::of::<B>()` with the backends they know and then move
-//! their tensors across with [`same_type`].
+//! [`crate::conv_max`], [`crate::linear`], the embedding lookup, [`crate::host_op`]'s) compare
+//! `TypeId::of::<B>()` with the backends they know, move their tensors across with
+//! [`same_type`], and register their node with [`record_node`].
 
 use std::any::{Any, TypeId};
 

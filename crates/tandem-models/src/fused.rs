@@ -15,9 +15,9 @@
 //!   applies a `Linear` to a 3-D input as a *batched* matmul, so its weight gradient is one small
 //!   matmul per sample, summed afterwards (a `[batch, in, out]` intermediate); on rows it is one
 //!   large matmul ([`crate::linear`]). The padding mask is expanded to the scores' shape once
-//!   per layer instead of being broadcast by each `mask_fill` (forward and backward). On the CPU backends, GELU,
-//!   the scores' softmax, the head split and merge, and layer norm's normalising part are one
-//!   autodiff node each ([`crate::gelu`], [`crate::softmax`], `permute`, [`crate::layer_norm`]).
+//!   per layer instead of being broadcast by each `mask_fill` (forward and backward). On the CPU
+//!   backends, GELU, the scores' softmax, the head split and merge, and layer norm's normalising
+//!   part are one autodiff node each ([`crate::gelu`], [`crate::softmax`], `permute`, [`crate::layer_norm`]).
 //!
 //! The fused weights are concatenated from the stock modules' parameters on every forward pass
 //! (a few hundred kB), so gradients flow back to those parameters, a model trains the same either

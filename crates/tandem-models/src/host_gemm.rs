@@ -39,6 +39,18 @@ impl<'a> Matrix<'a> {
     }
 }
 
+/// Row-major `[rows, cols]` `values` as row-major `[cols, rows]`.
+pub(crate) fn transposed(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    assert_eq!(values.len(), rows * cols, "transposed: {} values as [{rows}, {cols}]", values.len());
+    let mut out = vec![0f32; rows * cols];
+    for (r, row) in values.chunks_exact(cols.max(1)).enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    out
+}
+
 /// `out = a · b`, or with `accumulate` `out += a · b`; `out` is row-major `[a.rows, b.cols]`.
 pub(crate) fn host_matmul(out: &mut [f32], a: Matrix, b: Matrix, accumulate: bool) {
     assert!(b.rows == a.cols && out.len() == a.rows * b.cols && a.fits() && b.fits(), "host_matmul: {a:?} · {b:?} into {} values", out.len());
@@ -111,7 +123,7 @@ unsafe fn gemm_into(out: *mut f32, a: Matrix, b: Matrix, accumulate: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_matmul, host_product, Matrix};
+    use super::{host_matmul, host_product, transposed, Matrix};
 
     /// `a · b` by the definition, for row-major `a` (`[m, k]`) and `b` (`[k, n]`).
     fn naive(a: &[f32], b: &[f32], [m, k, n]: [usize; 3]) -> Vec<f32> {
@@ -129,6 +141,7 @@ mod tests {
         assert_eq!(out, expected, "plain");
         // aᵀ stored row-major, read back transposed; b inside rows twice as wide.
         let a_t: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+        assert_eq!(transposed(&a, m, k), a_t);
         let wide: Vec<f32> = b.chunks(n).flat_map(|row| row.iter().chain(row).copied()).collect();
         host_matmul(&mut out, Matrix::rows(&a_t, k, m).t(), Matrix::rows(&wide, k, n).with_row_stride(2 * n), true);
         assert_eq!(out, expected.iter().map(|v| 2.0 * v).collect::<Vec<_>>(), "accumulated, transposed and strided");

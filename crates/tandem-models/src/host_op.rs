@@ -10,14 +10,13 @@ use std::any::TypeId;
 use std::fmt::Debug;
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, same_type};
+use crate::dispatch::{host_f32, record_node, same_type};
 
 /// An operation for [`apply`].
 pub(crate) trait HostOp: Copy + Debug + Send + Sync + 'static {
@@ -70,15 +69,10 @@ fn forward<B: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<B, D>) -> (
 
 /// Runs the forward pass on `I` and registers one autodiff node for it.
 fn tracked<I: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<Autodiff<I>, D>) -> Tensor<Autodiff<I>, D> {
-    let x = x.into_primitive().tensor();
-    let run = || forward::<I, Op, D>(op, Tensor::from_primitive(TensorPrimitive::Float(x.primitive)));
-    let output = match Node::<Op, D>(op).prepare::<NoCheckpointing>([x.node]).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => {
-            let (out, kept) = run();
-            prep.finish(kept, out.into_primitive().tensor())
-        }
-        OpsKind::UnTracked(prep) => prep.finish(run().0.into_primitive().tensor()),
-    };
+    let output = record_node(Node::<Op, D>(op), [x.into_primitive().tensor()], |[x], record| {
+        let (out, kept) = forward::<I, Op, D>(op, Tensor::from_primitive(TensorPrimitive::Float(x)));
+        (out.into_primitive().tensor(), record.then_some(kept))
+    });
     Tensor::from_primitive(TensorPrimitive::Float(output))
 }
 

@@ -22,14 +22,13 @@
 use std::any::TypeId;
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use crate::dispatch::{on_cpu, same_type};
+use crate::dispatch::{on_cpu, record_node, same_type};
 use crate::recurrence_host::{self, HostTape};
 
 /// The recurrent cell, with its gate layout along the last axis of `projected`, `weight` and `bias`.
@@ -131,33 +130,25 @@ fn on_autodiff<B: Backend, I: Backend, const HOST: bool>(cell: Cell, inputs: Inp
 
 /// Runs the loop on `I` and registers one autodiff node for it.
 fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, how: Loop) -> Tensor<Autodiff<I>, 3> {
-    let [projected, weight, bias] = [
-        inputs.projected.into_primitive().tensor(),
-        inputs.weight.into_primitive().tensor(),
-        inputs.bias.into_primitive().tensor(),
-    ];
-    let inner = Inputs::<I> {
-        projected: Tensor::from_primitive(TensorPrimitive::Float(projected.primitive)),
-        weight: Tensor::from_primitive(TensorPrimitive::Float(weight.primitive)),
-        bias: Tensor::from_primitive(TensorPrimitive::Float(bias.primitive)),
-    };
-    let run = |record: bool| match how {
-        Loop::Host => {
-            let (hidden, tape) = recurrence_host::forward(cell, inner.projected, inner.weight, inner.bias, reverse, record);
-            (hidden, tape.map(Taped::Host))
-        }
-        Loop::Tensors => {
-            let (hidden, tape) = forward(cell, inner, reverse, record);
-            (hidden, tape.map(Taped::Tensors))
-        }
-    };
-    let output = match RecurrenceBackward.prepare::<NoCheckpointing>([projected.node, weight.node, bias.node]).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => {
-            let (hidden, tape) = run(true);
-            prep.finish(tape.expect("recorded"), hidden.into_primitive().tensor())
-        }
-        OpsKind::UnTracked(prep) => prep.finish(run(false).0.into_primitive().tensor()),
-    };
+    let parents = [inputs.projected.into_primitive().tensor(), inputs.weight.into_primitive().tensor(), inputs.bias.into_primitive().tensor()];
+    let output = record_node(RecurrenceBackward, parents, |[projected, weight, bias], record| {
+        let inner = Inputs::<I> {
+            projected: Tensor::from_primitive(TensorPrimitive::Float(projected)),
+            weight: Tensor::from_primitive(TensorPrimitive::Float(weight)),
+            bias: Tensor::from_primitive(TensorPrimitive::Float(bias)),
+        };
+        let (hidden, tape) = match how {
+            Loop::Host => {
+                let (hidden, tape) = recurrence_host::forward(cell, inner.projected, inner.weight, inner.bias, reverse, record);
+                (hidden, tape.map(Taped::Host))
+            }
+            Loop::Tensors => {
+                let (hidden, tape) = forward(cell, inner, reverse, record);
+                (hidden, tape.map(Taped::Tensors))
+            }
+        };
+        (hidden.into_primitive().tensor(), tape)
+    });
     Tensor::from_primitive(TensorPrimitive::Float(output))
 }
 

@@ -13,7 +13,7 @@ use burn::tensor::{Tensor, TensorData};
 
 use crate::recurrence::{order, Cell};
 use crate::dispatch::{host_f32, values};
-use crate::host_gemm::{host_matmul, host_product, Matrix};
+use crate::host_gemm::{host_matmul, host_product, transposed, Matrix};
 use crate::host_math::{sigmoid, tanh};
 use crate::wide::{self, Kernel};
 
@@ -305,13 +305,7 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
         let mut dc = vec![0f32; batch * hidden]; // LSTM: from the next step, through `f · c`
         let no_cell = vec![0f32; hidden]; // the cell state before the first step
         // W_hᵀ as rows, `[width, hidden]`: gemm copies ("packs") it at every step, faster from rows.
-        let weight = values(&tape.weight);
-        let mut weight_t = vec![0f32; width * hidden];
-        for (r, row) in weight.chunks_exact(width.max(1)).enumerate() {
-            for (c, &v) in row.iter().enumerate() {
-                weight_t[c * hidden + r] = v;
-            }
-        }
+        let weight_t = transposed(values(&tape.weight), hidden, width);
         let times = order(seq, tape.reverse);
         for s in (0..seq).rev() {
             let t = times[s];
