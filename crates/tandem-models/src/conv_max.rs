@@ -16,8 +16,6 @@
 //! everywhere: windows of the widest kernel (zeros past the end), one matmul per width over the
 //! columns that width uses, max over the positions where the kernel fits.
 
-use std::any::TypeId;
-
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops};
@@ -25,7 +23,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, on_cpu, record_node, same_type, values};
+use crate::dispatch::{host_f32, on_cpu, record_node, same_type, values, Known};
 use crate::host_gemm::transposed;
 
 /// The kernel width and filter count of each convolution, in the order of the weight's columns.
@@ -78,11 +76,11 @@ type OneNode<B> = fn(Tensor<B, 3>, Tensor<B, 2>, &Widths) -> Tensor<B, 2>;
 
 /// The one-node path of `B`, if `B` is `Autodiff<I>` for a CPU backend `I` compiled into this crate.
 fn own_backward<B: Backend>() -> Option<OneNode<B>> {
-    let paths: [(TypeId, OneNode<B>); 2] = [
-        (TypeId::of::<Autodiff<Flex>>(), |x, w, widths| same_type(tracked::<Flex>(same_type(x), same_type(w), widths))),
-        (TypeId::of::<Autodiff<NdArray>>(), |x, w, widths| same_type(tracked::<NdArray>(same_type(x), same_type(w), widths))),
-    ];
-    paths.iter().find(|(id, _)| *id == TypeId::of::<B>()).map(|&(_, run)| run)
+    match Known::of::<B>() {
+        Known::AutodiffFlex => Some(|x, w, widths| same_type(tracked::<Flex>(same_type(x), same_type(w), widths))),
+        Known::AutodiffNdArray => Some(|x, w, widths| same_type(tracked::<NdArray>(same_type(x), same_type(w), widths))),
+        _ => None,
+    }
 }
 
 /// Whether [`conv_max`] runs with its own backward pass on `B`.

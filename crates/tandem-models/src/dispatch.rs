@@ -2,23 +2,48 @@
 //!
 //! Burn 0.21 gives a generic `B: Backend` no custom autodiff operation without an extra trait
 //! bound on every model, so the operations with their own backward pass ([`crate::recurrence`],
-//! [`crate::conv_max`], [`crate::linear`], the embedding lookup, [`crate::host_op`]'s) compare
-//! `TypeId::of::<B>()` with the backends they know, move their tensors across with
-//! [`same_type`], and register their node with [`record_node`].
+//! [`crate::conv_max`], [`crate::linear`], the embedding lookup, [`crate::host_op`]'s) ask which
+//! backend `B` is ([`Known::of`]; the recurrence, which knows the GPU backends too, compares
+//! `TypeId`s itself), move their tensors across with [`same_type`], and register their node with
+//! [`record_node`].
 
 use std::any::{Any, TypeId};
 
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::ops::{Backward, OpsKind};
-use burn::backend::Autodiff;
+use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorData};
 
-/// Whether `B` is a CPU backend compiled into this crate (Flex, ndarray), whose values the
-/// fast paths read and write in host memory.
+/// The CPU backends compiled into this crate, whose values the fast paths read and write in host
+/// memory, with and without autodiff; `Other` is every other backend (the GPUs, f64 ndarray…).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Known {
+    AutodiffFlex,
+    AutodiffNdArray,
+    Flex,
+    NdArray,
+    Other,
+}
+
+impl Known {
+    /// Which of them `B` is.
+    pub(crate) fn of<B: Backend>() -> Self {
+        let id = TypeId::of::<B>();
+        let known = [
+            (TypeId::of::<Autodiff<Flex>>(), Self::AutodiffFlex),
+            (TypeId::of::<Autodiff<NdArray>>(), Self::AutodiffNdArray),
+            (TypeId::of::<Flex>(), Self::Flex),
+            (TypeId::of::<NdArray>(), Self::NdArray),
+        ];
+        known.into_iter().find(|&(known_id, _)| known_id == id).map_or(Self::Other, |(_, known)| known)
+    }
+}
+
+/// Whether `B` is a CPU backend compiled into this crate (Flex, ndarray) without autodiff.
 pub fn on_cpu<B: Backend>() -> bool {
-    [TypeId::of::<burn::backend::Flex>(), TypeId::of::<burn::backend::NdArray>()].contains(&TypeId::of::<B>())
+    matches!(Known::of::<B>(), Known::Flex | Known::NdArray)
 }
 
 /// `value` as a `T`; `A` and `T` must be the same type (checked by the caller's `TypeId`).

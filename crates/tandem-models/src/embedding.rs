@@ -10,8 +10,6 @@
 //! autodiff the same forward pass; elsewhere [`masked_embedding`] returns `None` and the caller
 //! runs Burn's operations.
 
-use std::any::TypeId;
-
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops};
@@ -19,24 +17,23 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, on_cpu, record_node, same_type, values, values_mut};
+use crate::dispatch::{host_f32, record_node, same_type, values, values_mut, Known};
 
 /// The rows of `table` (`[vocab, dim]`) named by `ids` (`[batch, seq]`), zero where `mask_pad`
 /// is `true`: `[batch, seq, dim]`. `None` on a backend without a host path.
 pub fn masked_embedding<B: Backend>(table: Tensor<B, 2>, ids: Tensor<B, 2, Int>, mask_pad: &Tensor<B, 2, Bool>) -> Option<Tensor<B, 3>> {
-    let id = TypeId::of::<B>();
-    let (flex, ndarray) = (id == TypeId::of::<Autodiff<Flex>>(), id == TypeId::of::<Autodiff<NdArray>>());
-    if !(flex || ndarray || on_cpu::<B>()) {
+    let known = Known::of::<B>();
+    if known == Known::Other {
         return None;
     }
     let lookup = Lookup::new(ids, mask_pad, table.dims()[0]);
-    Some(if flex {
-        same_type(tracked::<Flex>(same_type(table), lookup))
-    } else if ndarray {
-        same_type(tracked::<NdArray>(same_type(table), lookup))
-    } else {
-        let device = table.device();
-        forward(table, &lookup, &device)
+    Some(match known {
+        Known::AutodiffFlex => same_type(tracked::<Flex>(same_type(table), lookup)),
+        Known::AutodiffNdArray => same_type(tracked::<NdArray>(same_type(table), lookup)),
+        _ => {
+            let device = table.device();
+            forward(table, &lookup, &device)
+        }
     })
 }
 

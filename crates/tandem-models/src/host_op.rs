@@ -6,7 +6,6 @@
 //! backward), with scalar libm calls, or (a copy of a permuted view) one value at a time; here
 //! each pass is one loop the compiler vectorises ([`crate::wide`]) or one copy per row.
 
-use std::any::TypeId;
 use std::fmt::Debug;
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -16,7 +15,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, record_node, same_type};
+use crate::dispatch::{host_f32, record_node, same_type, Known};
 
 /// An operation for [`apply`].
 pub(crate) trait HostOp: Copy + Debug + Send + Sync + 'static {
@@ -37,22 +36,22 @@ pub(crate) trait HostOp: Copy + Debug + Send + Sync + 'static {
 /// operation allows), the same forward pass on plain Flex (ndarray) where it allows; `None`
 /// elsewhere, where the caller runs Burn's operation.
 pub(crate) fn apply<B: Backend, Op: HostOp, const D: usize>(op: Op, x: Tensor<B, D>) -> Option<Tensor<B, D>> {
-    let id = TypeId::of::<B>();
-    if id == TypeId::of::<Autodiff<Flex>>() {
-        Some(same_type(tracked::<Flex, Op, D>(op, same_type(x))))
-    } else if Op::ON_NDARRAY && id == TypeId::of::<Autodiff<NdArray>>() {
-        Some(same_type(tracked::<NdArray, Op, D>(op, same_type(x))))
-    } else if Op::WITHOUT_AUTODIFF && (id == TypeId::of::<Flex>() || (Op::ON_NDARRAY && id == TypeId::of::<NdArray>())) {
-        Some(forward(op, x).0)
-    } else {
-        None
+    match Known::of::<B>() {
+        Known::AutodiffFlex => Some(same_type(tracked::<Flex, Op, D>(op, same_type(x)))),
+        Known::AutodiffNdArray if Op::ON_NDARRAY => Some(same_type(tracked::<NdArray, Op, D>(op, same_type(x)))),
+        Known::Flex if Op::WITHOUT_AUTODIFF => Some(forward(op, x).0),
+        Known::NdArray if Op::WITHOUT_AUTODIFF && Op::ON_NDARRAY => Some(forward(op, x).0),
+        _ => None,
     }
 }
 
 /// Whether [`apply`] runs `Op` as one autodiff node on `B`.
 pub(crate) fn one_node<B: Backend, Op: HostOp>() -> bool {
-    let id = TypeId::of::<B>();
-    id == TypeId::of::<Autodiff<Flex>>() || (Op::ON_NDARRAY && id == TypeId::of::<Autodiff<NdArray>>())
+    match Known::of::<B>() {
+        Known::AutodiffFlex => true,
+        Known::AutodiffNdArray => Op::ON_NDARRAY,
+        _ => false,
+    }
 }
 
 /// The length of the rows of `data` (its last dimension; at least 1, so that an empty tensor

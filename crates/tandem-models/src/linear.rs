@@ -8,8 +8,6 @@
 //! is one autodiff node; on those backends without autodiff it runs the same forward pass; on
 //! any other backend (GPUs) it is Burn's matmul and add.
 
-use std::any::TypeId;
-
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops};
@@ -18,7 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, on_cpu, record_node, same_type, values};
+use crate::dispatch::{host_f32, record_node, same_type, values, Known};
 use crate::host_gemm::{host_matmul, host_product, Matrix};
 
 /// `x · weight (+ bias)` for `x` `[rows, in]`, `weight` `[in, out]` (Burn's `Linear` layout) and
@@ -32,20 +30,20 @@ pub fn linear_rows<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Opti
         weight.dims(),
         bias.as_ref().map(|b| b.dims())
     );
-    let id = TypeId::of::<B>();
-    if id == TypeId::of::<Autodiff<Flex>>() {
-        same_type(tracked::<Flex>(same_type(x), same_type(weight), bias.map(same_type)))
-    } else if id == TypeId::of::<Autodiff<NdArray>>() {
-        same_type(tracked::<NdArray>(same_type(x), same_type(weight), bias.map(same_type)))
-    } else if on_cpu::<B>() {
-        let device = x.device();
-        let (out, _) = forward(host_f32(x), host_f32(weight), bias.map(host_f32));
-        Tensor::from_data(out, &device)
-    } else {
-        let out = x.matmul(weight);
-        match bias {
-            Some(bias) => out + bias.unsqueeze(),
-            None => out,
+    match Known::of::<B>() {
+        Known::AutodiffFlex => same_type(tracked::<Flex>(same_type(x), same_type(weight), bias.map(same_type))),
+        Known::AutodiffNdArray => same_type(tracked::<NdArray>(same_type(x), same_type(weight), bias.map(same_type))),
+        Known::Flex | Known::NdArray => {
+            let device = x.device();
+            let (out, _) = forward(host_f32(x), host_f32(weight), bias.map(host_f32));
+            Tensor::from_data(out, &device)
+        }
+        Known::Other => {
+            let out = x.matmul(weight);
+            match bias {
+                Some(bias) => out + bias.unsqueeze(),
+                None => out,
+            }
         }
     }
 }
