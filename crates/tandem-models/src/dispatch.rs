@@ -46,7 +46,7 @@ pub fn on_cpu<B: Backend>() -> bool {
     matches!(Known::of::<B>(), Known::Flex | Known::NdArray)
 }
 
-/// `value` as a `T`; `A` and `T` must be the same type (checked by the caller's `TypeId`).
+/// `value` as a `T`; `A` and `T` must be the same type (checked by the caller, with [`Known::of`] or a `TypeId`).
 pub(crate) fn same_type<A: 'static, T: 'static>(value: A) -> T {
     let mut slot = Some(value);
     let cast = (&mut slot as &mut dyn Any).downcast_mut::<Option<T>>().expect("the caller checked that the types are the same");
