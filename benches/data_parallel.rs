@@ -29,13 +29,24 @@ fn main() {
     for arch in archs {
         let sequential = |threads: usize, batch: usize| sequential(arch, &data, threads, batch, steps);
         let parallel = |sparse_embedding| {
-            let config = DataParallelConfig { replicas: 2, all_reduce: AllReduceKind::Tree, sparse_embedding, ..Default::default() };
-            let mut dp = DataParallel::new(model(arch), &train(1), &config, vec![Default::default(); 2]).expect("replicas");
+            let config = DataParallelConfig {
+                replicas: 2,
+                all_reduce: AllReduceKind::Tree,
+                sparse_embedding,
+                ..Default::default()
+            };
+            let mut dp =
+                DataParallel::new(model(arch), &train(1), &config, vec![Default::default(); 2]).expect("replicas");
             measure(&mut dp, &data, BATCH, steps)
         };
         if std::env::var("TANDEM_BENCH_HALF_ONLY").is_ok() {
             // For running two bench processes at once: the process-per-replica control.
-            println!("{} sequential 1 core batch {}: {:.0} samples/s", arch.name(), BATCH / 2, sequential(1, BATCH / 2));
+            println!(
+                "{} sequential 1 core batch {}: {:.0} samples/s",
+                arch.name(),
+                BATCH / 2,
+                sequential(1, BATCH / 2)
+            );
             continue;
         }
         let (seq1, seq2, half) = (sequential(1, BATCH), sequential(2, BATCH), sequential(1, BATCH / 2));

@@ -29,8 +29,10 @@ fn main() {
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for arch in archs {
         let parallel = |schedule, interconnect| {
-            let config = ModelParallelConfig { stages: 2, schedule, micro_batches: micro, interconnect, ..Default::default() };
-            let mut mp = ModelParallel::new(model(arch), &train(1), &config, vec![Default::default(); 2], &data).expect("stages");
+            let config =
+                ModelParallelConfig { stages: 2, schedule, micro_batches: micro, interconnect, ..Default::default() };
+            let mut mp = ModelParallel::new(model(arch), &train(1), &config, vec![Default::default(); 2], &data)
+                .expect("stages");
             let (rate, stats) = measure(&mut mp, &data, BATCH, steps);
             (rate, stats, mp.cuts().to_vec())
         };
@@ -44,7 +46,11 @@ fn main() {
         // Per stage: in the naive schedule the stages' idle shares show the balance of the cut.
         let bubble = |s: &TrainStats| {
             let stages = s.extra["bubble_fraction"].as_array().cloned().unwrap_or_default();
-            stages.iter().map(|b| format!("{:.0}", 100.0 * b.as_f64().unwrap_or(f64::NAN))).collect::<Vec<_>>().join("/")
+            stages
+                .iter()
+                .map(|b| format!("{:.0}", 100.0 * b.as_f64().unwrap_or(f64::NAN)))
+                .collect::<Vec<_>>()
+                .join("/")
         };
         println!(
             "| {} | {cuts:?} | {seq:.0} | {micro_seq:.0} | {naive:.0} | {gpipe:.0} | {one_f_one_b:.0} | {:.2}× / **{:.2}×** / **{:.2}×** | {} / {} / {} % | {slow:.0} ({:.2}×) | {:.2} MB |",

@@ -24,12 +24,12 @@
 use std::time::{Duration, Instant};
 
 use burn::backend::Autodiff;
+use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use tandem_models::{Architecture, InputSpec, ModelConfig};
-use tandem_train::testing::reference_model;
-use burn::optim::Optimizer;
 use tandem_train::optim::{adamw_config, AnyOptimizer};
+use tandem_train::testing::reference_model;
 use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
 
 const BATCH: usize = 64;
@@ -59,13 +59,17 @@ fn measure<B: AutodiffBackend>(config: &ModelConfig, optim: Optim, budget: Durat
     B::seed(&device, 1);
     let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
     let mut model = config.init::<B>(&input, &device);
-    let train = TrainConfig { embedding_update: if let Optim::Tandem(update) = optim { update } else { EmbeddingUpdate::Dense }, ..Default::default() };
+    let train = TrainConfig {
+        embedding_update: if let Optim::Tandem(update) = optim { update } else { EmbeddingUpdate::Dense },
+        ..Default::default()
+    };
     let mut tandem = AnyOptimizer::for_model(&train, &model);
     let mut burn = adamw_config(&train).init::<B, tandem_models::Classifier<B>>();
     let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [BATCH, SEQ]), &device);
     let mask = Tensor::<B, 2, Int>::zeros([BATCH, SEQ], &device).equal_elem(1);
-    let labels = Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 4).collect(), [BATCH]), &device);
+    let labels =
+        Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 4).collect(), [BATCH]), &device);
     let batch = || tandem_data::Batch {
         tokens: tokens.clone(),
         mask_pad: mask.clone(),
@@ -123,12 +127,18 @@ const BASELINE_CHILD: &str = "TANDEM_BENCH_BASELINE_CELL";
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
 }
 
 fn main() {
-    let budget = Duration::from_secs_f64(std::env::var("TANDEM_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8.0));
-    let rounds: usize = std::env::var("TANDEM_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).filter(|&r| r > 0).unwrap_or(3);
+    let budget =
+        Duration::from_secs_f64(std::env::var("TANDEM_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8.0));
+    let rounds: usize =
+        std::env::var("TANDEM_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).filter(|&r| r > 0).unwrap_or(3);
     let child = std::env::var(BASELINE_CHILD).ok();
     let archs: Vec<Architecture> = Architecture::ALL
         .into_iter()
@@ -229,11 +239,21 @@ fn main() {
                 let cell = |runs: &[Measured]| {
                     let speed = median(runs.iter().map(|m| m.samples_per_second).collect());
                     let share = median(runs.iter().map(|m| m.optimizer_share).collect());
-                    if *cpu { format!(" {speed:.0} ({:.0} %) |", 100.0 * share) } else { format!(" {speed:.0} |") }
+                    if *cpu {
+                        format!(" {speed:.0} ({:.0} %) |", 100.0 * share)
+                    } else {
+                        format!(" {speed:.0} |")
+                    }
                 };
                 print!("{}", cell(&measured[0]));
                 for variant in &measured[1..] {
-                    let ratio = median(variant.iter().zip(&measured[0]).map(|(v, s)| v.samples_per_second / s.samples_per_second).collect());
+                    let ratio = median(
+                        variant
+                            .iter()
+                            .zip(&measured[0])
+                            .map(|(v, s)| v.samples_per_second / s.samples_per_second)
+                            .collect(),
+                    );
                     print!("{} {ratio:.2}× |", cell(variant));
                 }
                 use std::io::Write;

@@ -51,7 +51,14 @@ pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, ste
     let order: Vec<usize> = tandem_data::epoch_order(data.len(), 1, 0);
     let all: Vec<Vec<usize>> = tandem_data::batches(&order, batch).map(<[usize]>::to_vec).collect();
     let mut run = |batches: &[Vec<usize>]| {
-        let plan = EpochPlan { epoch: 0, batches: batches.to_vec(), data, first_step: 0, total_steps: all.len(), on_batch: &|_| {} };
+        let plan = EpochPlan {
+            epoch: 0,
+            batches: batches.to_vec(),
+            data,
+            first_step: 0,
+            total_steps: all.len(),
+            on_batch: &|_| {},
+        };
         strategy.train_epoch(&plan).expect("training step")
     };
     run(&all[..2]);
@@ -63,5 +70,7 @@ pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, ste
 /// Sequential training of `arch` on `threads` cores: samples/s at `batch`.
 pub fn sequential(arch: Architecture, data: &Encoded, threads: usize, batch: usize, steps: usize) -> f64 {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-    pool.install(|| measure(&mut Sequential::new(model(arch), &train(threads), Default::default()), data, batch, steps).0)
+    pool.install(|| {
+        measure(&mut Sequential::new(model(arch), &train(threads), Default::default()), data, batch, steps).0
+    })
 }

@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use tandem_experiment::{run, BackendKind, Manifest, Ranks, RunOptions};
 
 #[derive(Parser)]
-#[command(name = "tandem", version, about = "Train text classifiers under parallel-training strategies and compare them")]
+#[command(
+    name = "tandem",
+    version,
+    about = "Train text classifiers under parallel-training strategies and compare them"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -88,7 +92,8 @@ fn dispatch(command: Command) -> Result<(), String> {
     match command {
         Command::Run { manifest, backend, devices, out, offline } => {
             let manifest = Manifest::load(&manifest).map_err(|e| e.to_string())?;
-            let options = RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal(), ranks: join_mpi_job()? };
+            let options =
+                RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal(), ranks: join_mpi_job()? };
             // In a multi-process job every rank must call the same collectives: no second attempt.
             let offline = offline || options.job().is_some();
             let outcome = match run(&manifest, &options) {
@@ -102,7 +107,11 @@ fn dispatch(command: Command) -> Result<(), String> {
             };
             match (outcome, options.job()) {
                 (Ok(summaries), job) if job.is_none_or(|r| r.rank() == 0) => {
-                    eprintln!("{} runs finished; results in {}", summaries.len(), options.out.join(&manifest.experiment.name).display());
+                    eprintln!(
+                        "{} runs finished; results in {}",
+                        summaries.len(),
+                        options.out.join(&manifest.experiment.name).display()
+                    );
                     Ok(())
                 }
                 (Ok(_), _) => Ok(()),
@@ -153,9 +162,16 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::List => {
             println!("backends in this build:");
             for b in BackendKind::ALL {
-                println!("  {:<8} {}", b.name(), if b.is_compiled() { "yes" } else { "no (cargo feature not enabled)" });
+                println!(
+                    "  {:<8} {}",
+                    b.name(),
+                    if b.is_compiled() { "yes" } else { "no (cargo feature not enabled)" }
+                );
             }
-            println!("multi-process jobs (mpirun): {}", if cfg!(feature = "mpi") { "yes" } else { "no (cargo feature `mpi` not enabled)" });
+            println!(
+                "multi-process jobs (mpirun): {}",
+                if cfg!(feature = "mpi") { "yes" } else { "no (cargo feature `mpi` not enabled)" }
+            );
             println!("architectures:");
             for a in tandem_models::Architecture::ALL {
                 println!("  {}", a.name());
@@ -172,7 +188,11 @@ fn dispatch(command: Command) -> Result<(), String> {
             let dir = tandem_data::resolve_data_dir(dir.as_deref());
             let report = tandem_data::check_dir(&dir).map_err(|e| e.to_string())?;
             println!("{report}");
-            if report.all_ok() { Ok(()) } else { Err(format!("{} does not hold the expected AG News files", dir.display())) }
+            if report.all_ok() {
+                Ok(())
+            } else {
+                Err(format!("{} does not hold the expected AG News files", dir.display()))
+            }
         }
     }
 }

@@ -23,7 +23,11 @@ fn validate_accepts_the_quickstart_and_names_the_bad_field_otherwise() {
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
-    std::fs::write(&bad, "[experiment]\nname = \"x\"\n\n[train]\nbatch_sise = 3\n\n[[models]]\nname = \"m\"\narchitecture = \"cnn\"\n").unwrap();
+    std::fs::write(
+        &bad,
+        "[experiment]\nname = \"x\"\n\n[train]\nbatch_sise = 3\n\n[[models]]\nname = \"m\"\narchitecture = \"cnn\"\n",
+    )
+    .unwrap();
     let (ok, _, stderr) = tandem(&["validate", bad.to_str().unwrap()]);
     assert!(!ok);
     assert!(stderr.contains("bad.toml") && stderr.contains("batch_sise") && stderr.contains("line 5"), "{stderr}");

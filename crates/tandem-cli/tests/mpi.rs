@@ -24,7 +24,10 @@ use tandem_models::{Classifier, InputSpec};
 fn mpirun() -> Option<Command> {
     let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
     if !found {
-        assert!(std::env::var_os("TANDEM_REQUIRE_MPI").is_none(), "TANDEM_REQUIRE_MPI is set but `mpirun` does not run");
+        assert!(
+            std::env::var_os("TANDEM_REQUIRE_MPI").is_none(),
+            "TANDEM_REQUIRE_MPI is set but `mpirun` does not run"
+        );
         eprintln!("mpirun not found: skipping the multi-process test");
         return None;
     }
@@ -65,7 +68,8 @@ fn run_dir(out: &Path, experiment: &str, run: &str) -> PathBuf {
 
 /// The trained parameters a run saved.
 fn saved_parameters(run: &Path) -> Vec<f32> {
-    let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let summary: RunSummary =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     let manifest = Manifest::load(&run.join("manifest.toml")).unwrap();
     let input = InputSpec { vocab_size: summary.vocab_size, max_len: summary.max_len, num_classes: 4 };
     let device = Default::default();
@@ -103,13 +107,16 @@ fn summary(run: &Path) -> RunSummary {
 /// Runs `manifest` with `mpirun -np 2`, results under `out`.
 fn run_on_two_ranks(out: &Path, manifest: &Path) {
     let Some(mut mpirun) = mpirun() else { unreachable!("checked by the caller") };
-    let (ok, log) = output(mpirun.args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"]).arg(out).arg(manifest));
+    let (ok, log) = output(
+        mpirun.args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"]).arg(out).arg(manifest),
+    );
     assert!(ok, "{log}");
 }
 
 /// Runs `manifest` in one process, results under `out`.
 fn run_in_one_process(out: &Path, manifest: &Path) {
-    let (ok, _, stderr) = common::tandem(&["run", "--offline", "--out", out.to_str().unwrap(), manifest.to_str().unwrap()]);
+    let (ok, _, stderr) =
+        common::tandem(&["run", "--offline", "--out", out.to_str().unwrap(), manifest.to_str().unwrap()]);
     assert!(ok, "{stderr}");
 }
 
@@ -119,7 +126,10 @@ fn across_ranks_equals_one_process(replicas: usize) {
     let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    run_on_two_ranks(&out, &manifest(dir.path(), "across", &data, &data_parallel(replicas, ""), 2, "\n[cluster]\nranks = 2\n"));
+    run_on_two_ranks(
+        &out,
+        &manifest(dir.path(), "across", &data, &data_parallel(replicas, ""), 2, "\n[cluster]\nranks = 2\n"),
+    );
     run_in_one_process(&out, &manifest(dir.path(), "single", &data, &data_parallel(2 * replicas, ""), 2, ""));
     let (across, single) = (run_dir(&out, "across", "gru"), run_dir(&out, "single", "gru"));
     let difference = parameter_difference(&across, &single);
@@ -130,7 +140,10 @@ fn across_ranks_equals_one_process(replicas: usize) {
     let (summary, single_summary) = (summary(&across), summary(&single));
     let cluster = summary.cluster.clone().expect("a cluster block");
     assert_eq!((cluster.ranks, cluster.replicas_per_rank), (2, Some(replicas)));
-    assert!(cluster.cross_rank_bytes_per_replica_per_step.is_some_and(|b| b > 0.0) && cluster.cross_rank_seconds > 0.0, "{cluster:?}");
+    assert!(
+        cluster.cross_rank_bytes_per_replica_per_step.is_some_and(|b| b > 0.0) && cluster.cross_rank_seconds > 0.0,
+        "{cluster:?}"
+    );
     assert_eq!(summary.train_samples, single_summary.train_samples);
     let loss = |s: &RunSummary| s.final_holdout_loss.unwrap();
     assert!((loss(&summary) - loss(&single_summary)).abs() < 1e-4, "{} vs {}", loss(&summary), loss(&single_summary));
@@ -138,7 +151,8 @@ fn across_ranks_equals_one_process(replicas: usize) {
 }
 
 fn assert_rank_1_finished(run: &Path, epochs: usize) {
-    let rank1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("rank-1.json")).unwrap()).unwrap();
+    let rank1: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("rank-1.json")).unwrap()).unwrap();
     assert_eq!(rank1["status"], "finished", "{rank1}");
     assert_eq!(rank1["epochs_completed"], epochs, "{rank1}");
 }
@@ -158,13 +172,30 @@ fn stages_on_two_ranks_equal_stages_in_one_process() {
     let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let pipeline = |cuts: &str| format!("[[strategies]]\nkind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 3\n{cuts}\n");
+    let pipeline = |cuts: &str| {
+        format!(
+            "[[strategies]]\nkind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 3\n{cuts}\n"
+        )
+    };
     let sync = "[[strategies]]\nkind = \"predictive-sync\"\nmodel_parallel = { stages = 2, cuts = [1], schedule = \"gpipe\", micro_batches = 3 }\n\
         predictor = { kind = \"velocity\" }\ntrigger = { kind = \"adaptive\", max_horizon = 4 }\n";
     let four = "[[strategies]]\nkind = \"model-parallel\"\nstages = 4\nschedule = \"gpipe\"\nmicro_batches = 3\n";
-    run_on_two_ranks(&out, &manifest(dir.path(), "across", &data, &(pipeline("balance = \"time\"") + sync + four), 2, "\n[cluster]\nranks = 2\n"));
+    run_on_two_ranks(
+        &out,
+        &manifest(
+            dir.path(),
+            "across",
+            &data,
+            &(pipeline("balance = \"time\"") + sync + four),
+            2,
+            "\n[cluster]\nranks = 2\n",
+        ),
+    );
     let cuts = last_epoch(&run_dir(&out, "across", "gru-model-parallel-2s"))["extra"]["cuts"].clone();
-    run_in_one_process(&out, &manifest(dir.path(), "single", &data, &(pipeline(&format!("cuts = {cuts}")) + sync + four), 2, ""));
+    run_in_one_process(
+        &out,
+        &manifest(dir.path(), "single", &data, &(pipeline(&format!("cuts = {cuts}")) + sync + four), 2, ""),
+    );
 
     for (run, per_rank) in [("gru-model-parallel-2s", 1), ("gru-predictive-sync", 1), ("gru-model-parallel-4s", 2)] {
         let (across, single) = (run_dir(&out, "across", run), run_dir(&out, "single", run));
@@ -175,10 +206,15 @@ fn stages_on_two_ranks_equal_stages_in_one_process() {
         assert_eq!(across_summary.final_holdout_loss, single_summary.final_holdout_loss, "{run}");
         let cluster = across_summary.cluster.clone().expect("a cluster block");
         assert_eq!((cluster.ranks, cluster.stages_per_rank, cluster.replicas_per_rank), (2, Some(per_rank), None));
-        assert!(cluster.cross_rank_bytes_per_step.is_some_and(|b| b > 0.0) && cluster.cross_rank_seconds > 0.0, "{cluster:?}");
+        assert!(
+            cluster.cross_rank_bytes_per_step.is_some_and(|b| b > 0.0) && cluster.cross_rank_seconds > 0.0,
+            "{cluster:?}"
+        );
         // Every stage's figures are gathered on rank 0: the links count what one process counts.
         let (a, b) = (last_epoch(&across), last_epoch(&single));
-        for key in ["cuts", "bytes_per_step", "links_per_step", "peak_live_activations", "stage_parameters", "sync_steps"] {
+        for key in
+            ["cuts", "bytes_per_step", "links_per_step", "peak_live_activations", "stage_parameters", "sync_steps"]
+        {
             assert_eq!(a["extra"][key], b["extra"][key], "{run}: `{key}`");
         }
         assert_rank_1_finished(&across, 2);
@@ -190,10 +226,19 @@ fn stages_that_do_not_divide_among_the_ranks_are_refused_on_every_rank() {
     let (Some(mut mpirun), Some(data)) = (mpirun(), data_dir()) else { return };
     let dir = tempfile::tempdir().unwrap();
     let job = manifest(dir.path(), "uneven", &data, "[strategy]\nkind = \"model-parallel\"\nstages = 3\n", 1, "");
-    let (ok, log) = output(mpirun.args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"]).arg(dir.path().join("results")).arg(&job));
+    let (ok, log) = output(
+        mpirun
+            .args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"])
+            .arg(dir.path().join("results"))
+            .arg(&job),
+    );
     assert!(!ok, "{log}");
     for rank in [0, 1] {
-        assert!(log.contains(&format!("rank {rank}: ")) && log.contains("3 stages cannot be spread evenly over the job's 2 ranks"), "{log}");
+        assert!(
+            log.contains(&format!("rank {rank}: "))
+                && log.contains("3 stages cannot be spread evenly over the job's 2 ranks"),
+            "{log}"
+        );
     }
 }
 
@@ -206,10 +251,22 @@ fn ranks_with_different_manifests_stop_with_the_same_clear_error() {
     let b = manifest(dir.path(), "b", &data, &data_parallel(1, ""), 2, "");
     let tandem = env!("CARGO_BIN_EXE_tandem");
     let started = Instant::now();
-    let (ok, log) = output(mpirun.args(["-np", "1", tandem, "run", "--offline", "--out"]).arg(&out).arg(&a).args([":", "-np", "1", tandem, "run", "--offline", "--out"]).arg(&out).arg(&b));
+    let (ok, log) = output(
+        mpirun
+            .args(["-np", "1", tandem, "run", "--offline", "--out"])
+            .arg(&out)
+            .arg(&a)
+            .args([":", "-np", "1", tandem, "run", "--offline", "--out"])
+            .arg(&out)
+            .arg(&b),
+    );
     assert!(!ok, "{log}");
     for rank in [0, 1] {
-        assert!(log.contains(&format!("rank {rank}: ")) && log.contains("rank(s) [1] have a different manifest from rank 0's"), "{log}");
+        assert!(
+            log.contains(&format!("rank {rank}: "))
+                && log.contains("rank(s) [1] have a different manifest from rank 0's"),
+            "{log}"
+        );
     }
     assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
     assert!(!out.join("a").exists() && !out.join("b").exists(), "no results for a job that did not start");
@@ -241,14 +298,21 @@ fn disturb_rank_1(act: &str, strategy: &str) -> Option<Ended> {
         .spawn()
         .unwrap();
     let (tx, rx) = mpsc::channel();
-    for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.stderr.take().unwrap())] {
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
         let tx = tx.clone();
-        std::thread::spawn(move || BufReader::new(stream).lines().map_while(Result::ok).for_each(|line| drop(tx.send(line))));
+        std::thread::spawn(move || {
+            BufReader::new(stream).lines().map_while(Result::ok).for_each(|line| drop(tx.send(line)))
+        });
     }
     let mut log = String::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while !log.contains("epoch  1:") {
-        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("no first epoch:\n{log}"));
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no first epoch:\n{log}"));
         log += &(line + "\n");
     }
     let rank1 = rank_pid(&job, 1).expect("rank 1's process");
@@ -298,11 +362,19 @@ fn a_stuck_rank_ends_the_job_after_the_timeout_and_rank_0_keeps_its_results() {
     // Rank 1 stops (SIGSTOP) but does not die: only Tandem's own deadline notices.
     let Some(ended) = disturb_rank_1("-STOP", &data_parallel(1, "timeout_seconds = 5\n")) else { return };
     assert!(!ended.success, "{}", ended.log);
-    assert!(ended.log.contains("error: rank 0 of 2: ") && ended.log.contains("no answer from the other ranks for 4.5 s"), "{}", ended.log);
+    assert!(
+        ended.log.contains("error: rank 0 of 2: ") && ended.log.contains("no answer from the other ranks for 4.5 s"),
+        "{}",
+        ended.log
+    );
     assert!(ended.after < Duration::from_secs(30), "took {:?}", ended.after);
     let run = run_dir(&ended.dir.path().join("results"), "long", "gru");
-    let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
-    assert!(summary.error.as_deref().is_some_and(|e| e.contains("while in a gradient all-reduce across ranks")), "{summary:?}");
+    let summary: RunSummary =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert!(
+        summary.error.as_deref().is_some_and(|e| e.contains("while in a gradient all-reduce across ranks")),
+        "{summary:?}"
+    );
     assert!(summary.epochs_completed >= 1 && run.join("model.bin").exists(), "finished epochs and the model are kept");
 }
 
@@ -314,10 +386,12 @@ fn a_stuck_rank_of_a_pipeline_ends_the_job_after_the_timeout_and_rank_0_keeps_it
     assert!(ended.log.contains("error: rank 0 of 2: "), "{}", ended.log);
     assert!(ended.after < Duration::from_secs(30), "took {:?}", ended.after);
     let run = run_dir(&ended.dir.path().join("results"), "long", "gru");
-    let summary: RunSummary = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let summary: RunSummary =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     let error = summary.error.clone().unwrap_or_default();
     // Rank 0 waited for rank 1's stage to send, to take what it sent, or to join a sum.
-    let named = error.contains("stage 1, on rank 1, sent nothing for 4.5 s") || error.contains("no answer from the other ranks for 4.5 s");
+    let named = error.contains("stage 1, on rank 1, sent nothing for 4.5 s")
+        || error.contains("no answer from the other ranks for 4.5 s");
     assert!(named, "{error}");
     assert!(summary.epochs_completed >= 1 && run.join("model.bin").exists(), "finished epochs and the model are kept");
 }

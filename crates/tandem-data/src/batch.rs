@@ -49,12 +49,7 @@ impl Encoded {
             lengths.push(length);
             labels.push(sample.label);
         }
-        Self {
-            max_len,
-            tokens,
-            lengths,
-            labels,
-        }
+        Self { max_len, tokens, lengths, labels }
     }
 
     /// Number of rows.
@@ -143,13 +138,7 @@ mod tests {
     #[test]
     fn encoded_rows() {
         let data = samples();
-        let vocab = Vocab::build(
-            data.iter().map(Sample::text),
-            &VocabConfig {
-                max_size: 100,
-                min_freq: 1,
-            },
-        );
+        let vocab = Vocab::build(data.iter().map(Sample::text), &VocabConfig { max_size: 100, min_freq: 1 });
         let enc = Encoded::new(&data, &vocab, 6);
         assert_eq!(enc.len(), 4);
         assert_eq!(enc.tokens.len(), 24);
@@ -162,13 +151,7 @@ mod tests {
     #[test]
     fn batch_shapes_mask_and_labels() {
         let data = samples();
-        let vocab = Vocab::build(
-            data.iter().map(Sample::text),
-            &VocabConfig {
-                max_size: 100,
-                min_freq: 1,
-            },
-        );
+        let vocab = Vocab::build(data.iter().map(Sample::text), &VocabConfig { max_size: 100, min_freq: 1 });
         let enc = Encoded::new(&data, &vocab, 5);
         let device = Default::default();
         let batch = enc.batch::<B>(&[3, 1, 2], &device);
@@ -178,10 +161,8 @@ mod tests {
         assert_eq!(batch.labels.dims(), [3]);
 
         let tokens: Vec<i64> = batch.tokens.into_data().convert::<i64>().to_vec().unwrap();
-        let expected: Vec<i64> = [3usize, 1, 2]
-            .iter()
-            .flat_map(|&i| enc.row(i).unwrap().iter().map(|&t| i64::from(t)))
-            .collect();
+        let expected: Vec<i64> =
+            [3usize, 1, 2].iter().flat_map(|&i| enc.row(i).unwrap().iter().map(|&t| i64::from(t))).collect();
         assert_eq!(tokens, expected);
 
         let mask: Vec<bool> = batch.mask_pad.into_data().to_vec().unwrap();
@@ -189,16 +170,9 @@ mod tests {
         assert_eq!(lengths, [5, 1, 1]);
         for (row, &len) in lengths.iter().enumerate() {
             for pos in 0..5 {
-                assert_eq!(
-                    mask[row * 5 + pos],
-                    pos as i64 >= len,
-                    "row {row} pos {pos}"
-                );
+                assert_eq!(mask[row * 5 + pos], pos as i64 >= len, "row {row} pos {pos}");
                 // Padding positions hold PAD, the others do not.
-                assert_eq!(
-                    tokens[row * 5 + pos] == i64::from(Vocab::PAD),
-                    pos as i64 >= len
-                );
+                assert_eq!(tokens[row * 5 + pos] == i64::from(Vocab::PAD), pos as i64 >= len);
             }
         }
         let labels: Vec<i64> = batch.labels.into_data().convert::<i64>().to_vec().unwrap();

@@ -64,23 +64,13 @@ impl fmt::Display for CheckReport {
             if file.md5_ok {
                 writeln!(f, "  {} ok", file.md5)?;
             } else {
-                writeln!(
-                    f,
-                    "  {} MISMATCH (published: {})",
-                    file.md5, file.expected_md5
-                )?;
+                writeln!(f, "  {} MISMATCH (published: {})", file.md5, file.expected_md5)?;
             }
         }
         if self.has_train() {
-            write!(
-                f,
-                "mode: full dataset (train.csv for training, test.csv as holdout)"
-            )
+            write!(f, "mode: full dataset (train.csv for training, test.csv as holdout)")
         } else {
-            write!(
-                f,
-                "mode: test split only (train/holdout are re-split from test.csv)"
-            )
+            write!(f, "mode: test split only (train/holdout are re-split from test.csv)")
         }
     }
 }
@@ -112,14 +102,9 @@ pub fn check_dir(dir: &Path) -> Result<CheckReport, DataError> {
         });
     }
     if files.is_empty() {
-        return Err(DataError::NoData {
-            dir: dir.to_path_buf(),
-        });
+        return Err(DataError::NoData { dir: dir.to_path_buf() });
     }
-    Ok(CheckReport {
-        dir: dir.to_path_buf(),
-        files,
-    })
+    Ok(CheckReport { dir: dir.to_path_buf(), files })
 }
 
 #[cfg(test)]
@@ -136,14 +121,8 @@ mod tests {
         assert_eq!((f.rows, f.per_class), (3, [2, 0, 0, 1]));
         assert!(!f.md5_ok && !report.all_ok() && !report.has_train());
         let text = report.to_string();
-        assert!(
-            text.contains("test.csv") && text.contains("MISMATCH"),
-            "{text}"
-        );
-        assert!(
-            text.contains("Sci/Tech") && text.contains("test split only"),
-            "{text}"
-        );
+        assert!(text.contains("test.csv") && text.contains("MISMATCH"), "{text}");
+        assert!(text.contains("Sci/Tech") && text.contains("test split only"), "{text}");
     }
 
     #[test]

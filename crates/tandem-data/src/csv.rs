@@ -62,22 +62,13 @@ pub fn parse_csv(bytes: &[u8], path: &Path) -> Result<Vec<Sample>, DataError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let records = parse_records(text, path)?;
     if records.is_empty() {
-        return Err(DataError::Empty {
-            path: path.to_path_buf(),
-        });
+        return Err(DataError::Empty { path: path.to_path_buf() });
     }
-    records
-        .into_iter()
-        .map(|record| to_sample(record, path))
-        .collect()
+    records.into_iter().map(|record| to_sample(record, path)).collect()
 }
 
 fn parse_error(path: &Path, line: usize, message: impl Into<String>) -> DataError {
-    DataError::Parse {
-        path: path.to_path_buf(),
-        line,
-        message: message.into(),
-    }
+    DataError::Parse { path: path.to_path_buf(), line, message: message.into() }
 }
 
 /// One raw CSV record and the line it starts on.
@@ -128,11 +119,7 @@ fn parse_records(text: &str, path: &Path) -> Result<Vec<Record>, DataError> {
                 loop {
                     match b.get(i) {
                         None => {
-                            return Err(parse_error(
-                                path,
-                                quote_line,
-                                "unterminated quoted field (missing closing \")",
-                            ))
+                            return Err(parse_error(path, quote_line, "unterminated quoted field (missing closing \")"))
                         }
                         Some(b'"') => {
                             field.push_str(&text[segment..i]);
@@ -185,34 +172,19 @@ fn parse_records(text: &str, path: &Path) -> Result<Vec<Record>, DataError> {
                 None => break,
             }
         }
-        records.push(Record {
-            line: start_line,
-            fields,
-        });
+        records.push(Record { line: start_line, fields });
     }
     Ok(records)
 }
 
 fn to_sample(record: Record, path: &Path) -> Result<Sample, DataError> {
     let Record { line, fields } = record;
-    let [class, title, description]: [String; 3] =
-        fields.try_into().map_err(|f: Vec<String>| {
-            parse_error(
-                path,
-                line,
-                format!(
-                    "expected 3 fields (class index, title, description), found {}",
-                    f.len()
-                ),
-            )
-        })?;
+    let [class, title, description]: [String; 3] = fields.try_into().map_err(|f: Vec<String>| {
+        parse_error(path, line, format!("expected 3 fields (class index, title, description), found {}", f.len()))
+    })?;
     let class_str = class.trim();
     let class: usize = class_str.parse().map_err(|_| {
-        parse_error(
-            path,
-            line,
-            format!("class index {class_str:?} is not a number (expected 1 to {NUM_CLASSES})"),
-        )
+        parse_error(path, line, format!("class index {class_str:?} is not a number (expected 1 to {NUM_CLASSES})"))
     })?;
     if !(1..=NUM_CLASSES).contains(&class) {
         return Err(parse_error(
@@ -221,11 +193,7 @@ fn to_sample(record: Record, path: &Path) -> Result<Sample, DataError> {
             format!("class index {class} is out of range (expected 1 to {NUM_CLASSES})"),
         ));
     }
-    Ok(Sample {
-        label: class - 1,
-        title: clean_text(&title),
-        description: clean_text(&description),
-    })
+    Ok(Sample { label: class - 1, title: clean_text(&title), description: clean_text(&description) })
 }
 
 /// Cleans one AG News text field.
@@ -286,9 +254,7 @@ fn decode_entity(s: &str) -> Option<(char, usize)> {
                     u32::from_str_radix(hex, 16).ok()?
                 }
                 Some(_) => return None,
-                None if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) => {
-                    number.parse().ok()?
-                }
+                None if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) => number.parse().ok()?,
                 None => return None,
             };
             numeric_char(code)?
@@ -358,10 +324,7 @@ mod tests {
 
     #[test]
     fn quoted_fields_and_doubled_quotes() {
-        let s = parse(
-            "\"3\",\"Fears for T N\",\"Unions say \"\"no\"\", it's over.\"\n\"1\",\"a, b\",\"c\"\n",
-        )
-        .unwrap();
+        let s = parse("\"3\",\"Fears for T N\",\"Unions say \"\"no\"\", it's over.\"\n\"1\",\"a, b\",\"c\"\n").unwrap();
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].label, 2);
         assert_eq!(s[0].title, "Fears for T N");
@@ -402,58 +365,34 @@ mod tests {
 
     #[test]
     fn entities() {
-        assert_eq!(
-            clean_text("competing for the  #36;10 million"),
-            "competing for the $10 million"
-        );
-        assert_eq!(
-            clean_text("Ericsson doesn #39;t feel"),
-            "Ericsson doesn't feel"
-        );
+        assert_eq!(clean_text("competing for the  #36;10 million"), "competing for the $10 million");
+        assert_eq!(clean_text("Ericsson doesn #39;t feel"), "Ericsson doesn't feel");
         assert_eq!(clean_text("said  quot;we will quot;"), "said \"we will\"");
         assert_eq!(clean_text("AT amp;T"), "AT&T");
-        assert_eq!(
-            clean_text("&lt;b&gt;bold&lt;/b&gt; &amp; &quot;x&quot;"),
-            "<b>bold</b> & \"x\""
-        );
+        assert_eq!(clean_text("&lt;b&gt;bold&lt;/b&gt; &amp; &quot;x&quot;"), "<b>bold</b> & \"x\"");
         assert_eq!(clean_text("Newsday #146;s Steve"), "Newsday’s Steve");
         assert_eq!(clean_text("a#151;b &#x41; &#65;"), "a—b A A");
         // Not entities: left alone.
-        assert_eq!(
-            clean_text("R&D #1 win; it; &bogus; #;"),
-            "R&D #1 win; it; &bogus; #;"
-        );
+        assert_eq!(clean_text("R&D #1 win; it; &bogus; #;"), "R&D #1 win; it; &bogus; #;");
         assert_eq!(clean_text("  many   spaces\there "), "many spaces here");
     }
 
     #[test]
     fn wrong_field_count_names_file_and_line() {
         let e = err(b"1,a,b\n2,a\n");
-        assert!(
-            e.contains("bad.csv") && e.contains("line 2") && e.contains("found 2"),
-            "{e}"
-        );
+        assert!(e.contains("bad.csv") && e.contains("line 2") && e.contains("found 2"), "{e}");
         let e = err(b"1,a,b\n2,a,b\n3,a,b,c\n");
-        assert!(
-            e.contains("bad.csv") && e.contains("line 3") && e.contains("found 4"),
-            "{e}"
-        );
+        assert!(e.contains("bad.csv") && e.contains("line 3") && e.contains("found 4"), "{e}");
     }
 
     #[test]
     fn bad_labels() {
         let e = err(b"1,a,b\n5,a,b\n");
-        assert!(
-            e.contains("bad.csv") && e.contains("line 2") && e.contains("out of range"),
-            "{e}"
-        );
+        assert!(e.contains("bad.csv") && e.contains("line 2") && e.contains("out of range"), "{e}");
         let e = err(b"0,a,b\n");
         assert!(e.contains("line 1") && e.contains("out of range"), "{e}");
         let e = err(b"1,a,b\n1,a,b\n\"x\",a,b\n");
-        assert!(
-            e.contains("bad.csv") && e.contains("line 3") && e.contains("not a number"),
-            "{e}"
-        );
+        assert!(e.contains("bad.csv") && e.contains("line 3") && e.contains("not a number"), "{e}");
         let e = err(b"-1,a,b\n");
         assert!(e.contains("line 1") && e.contains("not a number"), "{e}");
     }
@@ -461,10 +400,7 @@ mod tests {
     #[test]
     fn unterminated_quote() {
         let e = err(b"1,a,b\n2,\"a,b\n3,c,d\n");
-        assert!(
-            e.contains("bad.csv") && e.contains("line 2") && e.contains("unterminated"),
-            "{e}"
-        );
+        assert!(e.contains("bad.csv") && e.contains("line 2") && e.contains("unterminated"), "{e}");
         let e = err(b"1,\"a\"x,b\n");
         assert!(e.contains("line 1") && e.contains("closing quote"), "{e}");
     }
@@ -472,10 +408,7 @@ mod tests {
     #[test]
     fn invalid_utf8() {
         let e = err(b"1,a,b\n2,a,b\n3,\"caf\xe9\",x\n");
-        assert!(
-            e.contains("bad.csv") && e.contains("line 3") && e.contains("UTF-8"),
-            "{e}"
-        );
+        assert!(e.contains("bad.csv") && e.contains("line 3") && e.contains("UTF-8"), "{e}");
     }
 
     #[test]
@@ -490,10 +423,7 @@ mod tests {
     fn missing_file() {
         let e = read_csv(Path::new("/nonexistent/dir/missing.csv")).unwrap_err();
         let msg = e.to_string();
-        assert!(
-            msg.contains("missing.csv") && msg.contains("cannot read"),
-            "{msg}"
-        );
+        assert!(msg.contains("missing.csv") && msg.contains("cannot read"), "{msg}");
     }
 
     #[test]
@@ -502,14 +432,7 @@ mod tests {
         let path = dir.path().join("t.csv");
         std::fs::write(&path, "\"4\",\"T\",\"D\"\n").unwrap();
         let s = read_csv(&path).unwrap();
-        assert_eq!(
-            s,
-            vec![Sample {
-                label: 3,
-                title: "T".into(),
-                description: "D".into()
-            }]
-        );
+        assert_eq!(s, vec![Sample { label: 3, title: "T".into(), description: "D".into() }]);
         std::fs::write(&path, "").unwrap();
         let msg = read_csv(&path).unwrap_err().to_string();
         assert!(msg.contains("t.csv") && msg.contains("empty"), "{msg}");

@@ -43,9 +43,7 @@ pub fn md5_file(path: &Path) -> Result<String, DataError> {
     let mut hasher = Md5::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| DataError::io(path, "cannot read", e))?;
+        let n = file.read(&mut buf).map_err(|e| DataError::io(path, "cannot read", e))?;
         if n == 0 {
             break;
         }
@@ -60,11 +58,7 @@ pub fn verify_md5(path: &Path, expected: &str) -> Result<(), DataError> {
     if actual.eq_ignore_ascii_case(expected) {
         Ok(())
     } else {
-        Err(DataError::Checksum {
-            path: path.to_path_buf(),
-            expected: expected.to_ascii_lowercase(),
-            actual,
-        })
+        Err(DataError::Checksum { path: path.to_path_buf(), expected: expected.to_ascii_lowercase(), actual })
     }
 }
 
@@ -83,10 +77,7 @@ mod tests {
 
     #[test]
     fn manifest_value_wins() {
-        assert_eq!(
-            resolve_data_dir(Some(Path::new("/x/y"))),
-            PathBuf::from("/x/y")
-        );
+        assert_eq!(resolve_data_dir(Some(Path::new("/x/y"))), PathBuf::from("/x/y"));
         // Without a manifest value the result is the env var or the default; never empty.
         assert!(!resolve_data_dir(None).as_os_str().is_empty());
     }
@@ -99,13 +90,8 @@ mod tests {
         assert_eq!(md5_file(&path).unwrap(), "b1946ac92492d2347c6235b4d2611184");
         verify_md5(&path, "B1946AC92492D2347C6235B4D2611184").unwrap();
         let msg = verify_md5(&path, TEST_MD5).unwrap_err().to_string();
-        assert!(
-            msg.contains("f.txt") && msg.contains(TEST_MD5) && msg.contains("b1946ac9"),
-            "{msg}"
-        );
-        let msg = md5_file(&dir.path().join("nope.csv"))
-            .unwrap_err()
-            .to_string();
+        assert!(msg.contains("f.txt") && msg.contains(TEST_MD5) && msg.contains("b1946ac9"), "{msg}");
+        let msg = md5_file(&dir.path().join("nope.csv")).unwrap_err().to_string();
         assert!(msg.contains("nope.csv"), "{msg}");
     }
 }

@@ -84,15 +84,7 @@ pub enum DataError {
 
 impl DataError {
     /// Builds an [`DataError::Io`] for `path`.
-    pub(crate) fn io(
-        path: impl Into<PathBuf>,
-        action: &'static str,
-        source: std::io::Error,
-    ) -> Self {
-        DataError::Io {
-            path: path.into(),
-            action,
-            source,
-        }
+    pub(crate) fn io(path: impl Into<PathBuf>, action: &'static str, source: std::io::Error) -> Self {
+        DataError::Io { path: path.into(), action, source }
     }
 }

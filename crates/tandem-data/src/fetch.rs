@@ -80,11 +80,7 @@ pub struct FetchReport {
 impl fmt::Display for FetchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.already_present {
-            writeln!(
-                f,
-                "AG News already present and verified in {}",
-                self.dir.display()
-            )?;
+            writeln!(f, "AG News already present and verified in {}", self.dir.display())?;
         } else {
             writeln!(
                 f,
@@ -100,14 +96,7 @@ impl fmt::Display for FetchReport {
 
 /// Downloads the archive at `url` into `dir` with the published MD5s; see [`fetch_with`].
 pub fn fetch(dir: &Path, url: &str, show_progress: bool) -> Result<FetchReport, DataError> {
-    fetch_with(
-        dir,
-        &FetchOptions {
-            url: url.to_string(),
-            show_progress,
-            ..FetchOptions::default()
-        },
-    )
+    fetch_with(dir, &FetchOptions { url: url.to_string(), show_progress, ..FetchOptions::default() })
 }
 
 /// Downloads, unpacks and verifies the AG News archive, then moves `train.csv`, `test.csv`,
@@ -138,8 +127,7 @@ fn already_present(dir: &Path, options: &FetchOptions) -> Option<FetchReport> {
     let test = dir.join(TEST_FILE);
     let train_md5 = md5_file(&train).ok()?;
     let test_md5 = md5_file(&test).ok()?;
-    let ok = train_md5.eq_ignore_ascii_case(&options.train_md5)
-        && test_md5.eq_ignore_ascii_case(&options.test_md5);
+    let ok = train_md5.eq_ignore_ascii_case(&options.train_md5) && test_md5.eq_ignore_ascii_case(&options.test_md5);
     ok.then(|| FetchReport {
         dir: dir.to_path_buf(),
         already_present: true,
@@ -151,10 +139,7 @@ fn already_present(dir: &Path, options: &FetchOptions) -> Option<FetchReport> {
 }
 
 fn fetch_into(dir: &Path, options: &FetchOptions) -> Result<FetchReport, DataError> {
-    let fail = |message: String| DataError::Fetch {
-        url: options.url.clone(),
-        message,
-    };
+    let fail = |message: String| DataError::Fetch { url: options.url.clone(), message };
     // Removed (with everything in it) when dropped, on success and on every error path.
     let staging = tempfile::Builder::new()
         .prefix(".tandem-fetch-")
@@ -171,10 +156,7 @@ fn fetch_into(dir: &Path, options: &FetchOptions) -> Result<FetchReport, DataErr
     }
 
     let mut digests = Vec::new();
-    for (name, expected) in [
-        (TRAIN_FILE, &options.train_md5),
-        (TEST_FILE, &options.test_md5),
-    ] {
+    for (name, expected) in [(TRAIN_FILE, &options.train_md5), (TEST_FILE, &options.test_md5)] {
         let actual = md5_file(&staging.path().join(name))?;
         if !actual.eq_ignore_ascii_case(expected) {
             return Err(fail(format!(
@@ -192,45 +174,28 @@ fn fetch_into(dir: &Path, options: &FetchOptions) -> Result<FetchReport, DataErr
             .map_err(|e| DataError::io(&target, "cannot move the downloaded file into place", e))?;
         files.push(target);
     }
-    staging
-        .close()
-        .map_err(|e| DataError::io(dir, "cannot remove the staging directory", e))?;
+    staging.close().map_err(|e| DataError::io(dir, "cannot remove the staging directory", e))?;
 
     let test_md5 = digests.pop().unwrap_or_default();
     let train_md5 = digests.pop().unwrap_or_default();
-    Ok(FetchReport {
-        dir: dir.to_path_buf(),
-        already_present: false,
-        downloaded_bytes,
-        files,
-        train_md5,
-        test_md5,
-    })
+    Ok(FetchReport { dir: dir.to_path_buf(), already_present: false, downloaded_bytes, files, train_md5, test_md5 })
 }
 
 /// Downloads `options.url` to `path`, returning the number of bytes received.
 fn download(options: &FetchOptions, path: &Path) -> Result<u64, DataError> {
-    let fail = |message: String| DataError::Fetch {
-        url: options.url.clone(),
-        message,
-    };
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(options.connect_timeout)
-        .timeout_read(options.read_timeout)
-        .build();
+    let fail = |message: String| DataError::Fetch { url: options.url.clone(), message };
+    let agent =
+        ureq::AgentBuilder::new().timeout_connect(options.connect_timeout).timeout_read(options.read_timeout).build();
     let response = agent.get(&options.url).call().map_err(|e| match e {
-        ureq::Error::Status(code, response) => fail(format!(
-            "the server answered HTTP {code} {}",
-            response.status_text()
-        )),
+        ureq::Error::Status(code, response) => {
+            fail(format!("the server answered HTTP {code} {}", response.status_text()))
+        }
         ureq::Error::Transport(t) => fail(format!("cannot download: {t}")),
     })?;
     // With a content encoding the header counts encoded bytes, not the bytes we read.
     let expected_len: Option<u64> = match response.header("Content-Encoding") {
         Some(_) => None,
-        None => response
-            .header("Content-Length")
-            .and_then(|v| v.trim().parse().ok()),
+        None => response.header("Content-Length").and_then(|v| v.trim().parse().ok()),
     };
 
     let bar = progress_bar(options.show_progress, expected_len);
@@ -250,26 +215,18 @@ fn download(options: &FetchOptions, path: &Path) -> Result<u64, DataError> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 bar.abandon();
-                return Err(fail(format!(
-                    "the download broke off after {}: {e}",
-                    of_total(received)
-                )));
+                return Err(fail(format!("the download broke off after {}: {e}", of_total(received))));
             }
         };
-        out.write_all(&buf[..n])
-            .map_err(|e| DataError::io(path, "cannot write", e))?;
+        out.write_all(&buf[..n]).map_err(|e| DataError::io(path, "cannot write", e))?;
         received += n as u64;
         bar.inc(n as u64);
     }
-    out.flush()
-        .map_err(|e| DataError::io(path, "cannot write", e))?;
+    out.flush().map_err(|e| DataError::io(path, "cannot write", e))?;
     bar.finish_and_clear();
     if let Some(len) = expected_len {
         if received != len {
-            return Err(fail(format!(
-                "the download is incomplete: received {}",
-                of_total(received)
-            )));
+            return Err(fail(format!("the download is incomplete: received {}", of_total(received))));
         }
     }
     Ok(received)
@@ -280,14 +237,8 @@ fn progress_bar(show: bool, len: Option<u64>) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let (bar, template) = match len {
-        Some(len) => (
-            ProgressBar::new(len),
-            "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        ),
-        None => (
-            ProgressBar::new_spinner(),
-            "{msg} {spinner} {bytes} ({bytes_per_sec})",
-        ),
+        Some(len) => (ProgressBar::new(len), "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})"),
+        None => (ProgressBar::new_spinner(), "{msg} {spinner} {bytes} ({bytes_per_sec})"),
     };
     if let Ok(style) = ProgressStyle::with_template(template) {
         bar.set_style(style.progress_chars("=> "));
@@ -309,20 +260,13 @@ fn unpack(archive: &Path, into: &Path) -> Result<Vec<&'static str>, String> {
             continue;
         }
         let entry_path = entry.path().map_err(invalid)?.into_owned();
-        let components: Vec<Component> = entry_path
-            .components()
-            .filter(|c| !matches!(c, Component::CurDir))
-            .collect();
+        let components: Vec<Component> = entry_path.components().filter(|c| !matches!(c, Component::CurDir)).collect();
         let file_name = match components.as_slice() {
             [Component::Normal(d), Component::Normal(f)] if *d == OsStr::new(ARCHIVE_DIR) => *f,
             [Component::Normal(f)] => *f,
             _ => continue,
         };
-        let Some(name) = ARCHIVE_FILES
-            .iter()
-            .copied()
-            .find(|n| OsStr::new(n) == file_name)
-        else {
+        let Some(name) = ARCHIVE_FILES.iter().copied().find(|n| OsStr::new(n) == file_name) else {
             continue;
         };
         if found.contains(&name) {
@@ -363,15 +307,13 @@ mod tests {
         dir_header.set_size(0);
         dir_header.set_mode(0o755);
         dir_header.set_cksum();
-        tar.append_data(&mut dir_header, "ag_news_csv/", std::io::empty())
-            .unwrap();
+        tar.append_data(&mut dir_header, "ag_news_csv/", std::io::empty()).unwrap();
         for (name, data) in files {
             let mut header = tar::Header::new_gnu();
             header.set_size(data.len() as u64);
             header.set_mode(0o644);
             header.set_cksum();
-            tar.append_data(&mut header, format!("ag_news_csv/{name}"), *data)
-                .unwrap();
+            tar.append_data(&mut header, format!("ag_news_csv/{name}"), *data).unwrap();
         }
         tar.into_inner().unwrap().finish().unwrap()
     }
@@ -432,10 +374,7 @@ mod tests {
     /// Names in `dir` (empty if it does not exist).
     fn listing(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map(|rd| {
-                rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
+            .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
             .unwrap_or_default();
         names.sort();
         names
@@ -451,10 +390,7 @@ mod tests {
         assert!(!report.already_present);
         assert_eq!(report.downloaded_bytes, archive.len() as u64);
         assert_eq!(report.train_md5, md5_hex(TRAIN));
-        assert_eq!(
-            listing(&dir),
-            ["classes.txt", "readme.txt", "test.csv", "train.csv"]
-        );
+        assert_eq!(listing(&dir), ["classes.txt", "readme.txt", "test.csv", "train.csv"]);
         assert_eq!(std::fs::read(dir.join("train.csv")).unwrap(), TRAIN);
         let train = read_csv(&dir.join("train.csv")).unwrap();
         assert_eq!(train.len(), 4);
@@ -473,20 +409,10 @@ mod tests {
         let dir = root.path().join("data");
         std::fs::create_dir(&dir).unwrap();
         let archive = good_archive();
-        let url = serve_once(http_response(
-            "200 OK",
-            archive.len(),
-            &archive[..archive.len() / 2],
-        ));
+        let url = serve_once(http_response("200 OK", archive.len(), &archive[..archive.len() / 2]));
         let msg = fetch_with(&dir, &options(url)).unwrap_err().to_string();
-        assert!(
-            msg.contains("broke off") || msg.contains("incomplete"),
-            "{msg}"
-        );
-        assert!(
-            msg.contains(&format!("of {} bytes", archive.len())),
-            "{msg}"
-        );
+        assert!(msg.contains("broke off") || msg.contains("incomplete"), "{msg}");
+        assert!(msg.contains(&format!("of {} bytes", archive.len())), "{msg}");
         assert!(listing(&dir).is_empty(), "{:?}", listing(&dir));
     }
 
@@ -499,10 +425,7 @@ mod tests {
         let mut opts = options(url);
         opts.test_md5 = TEST_MD5.to_string();
         let msg = fetch_with(&dir, &opts).unwrap_err().to_string();
-        assert!(
-            msg.contains("md5 mismatch") && msg.contains("test.csv") && msg.contains(TEST_MD5),
-            "{msg}"
-        );
+        assert!(msg.contains("md5 mismatch") && msg.contains("test.csv") && msg.contains(TEST_MD5), "{msg}");
         assert!(msg.contains(&md5_hex(TEST)), "{msg}");
         // The directory did not exist before and is removed again.
         assert!(!dir.exists());
@@ -545,11 +468,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("data");
         // Bind then drop, so the port is (almost certainly) closed.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}/ag_news_csv.tgz");
         let msg = fetch_with(&dir, &options(url)).unwrap_err().to_string();
         assert!(msg.contains("cannot download"), "{msg}");

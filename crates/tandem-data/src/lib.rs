@@ -19,13 +19,11 @@ pub use batch::{batches, epoch_order, Batch, Encoded};
 pub use check::{check_dir, CheckReport, FileCheck};
 pub use csv::{clean_text, parse_csv, read_csv, Sample, CLASS_NAMES, NUM_CLASSES};
 pub use dir::{
-    md5_file, resolve_data_dir, verify_md5, DATA_DIR_ENV, DEFAULT_DATA_DIR, TEST_FILE, TEST_MD5,
-    TEST_ROWS, TRAIN_FILE, TRAIN_MD5, TRAIN_ROWS,
+    md5_file, resolve_data_dir, verify_md5, DATA_DIR_ENV, DEFAULT_DATA_DIR, TEST_FILE, TEST_MD5, TEST_ROWS, TRAIN_FILE,
+    TRAIN_MD5, TRAIN_ROWS,
 };
 pub use error::DataError;
 pub use fetch::{fetch, fetch_with, FetchOptions, FetchReport, DEFAULT_ARCHIVE_URL};
-pub use split::{
-    load_splits, load_splits_with, stratified_split, stratified_subset, SplitConfig, Splits,
-};
+pub use split::{load_splits, load_splits_with, stratified_split, stratified_subset, SplitConfig, Splits};
 pub use text::tokenize;
 pub use vocab::{Vocab, VocabConfig};

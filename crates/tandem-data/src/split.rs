@@ -43,13 +43,7 @@ pub struct SplitConfig {
 
 impl Default for SplitConfig {
     fn default() -> Self {
-        Self {
-            holdout_fraction: 0.2,
-            seed: 42,
-            verify_md5: true,
-            max_train: None,
-            max_holdout: None,
-        }
+        Self { holdout_fraction: 0.2, seed: 42, verify_md5: true, max_train: None, max_holdout: None }
     }
 }
 
@@ -79,11 +73,7 @@ fn shuffle_class(indices: &mut [usize], seed: u64, stream: u64) {
 /// the first `round(holdout_fraction * n_class)` go to the holdout set. `holdout_fraction` is
 /// clamped to `[0, 1]` (NaN counts as 0). Both outputs keep the input order; together they hold
 /// every input sample exactly once. The result depends only on the samples and the seed.
-pub fn stratified_split(
-    samples: Vec<Sample>,
-    holdout_fraction: f64,
-    seed: u64,
-) -> (Vec<Sample>, Vec<Sample>) {
+pub fn stratified_split(samples: Vec<Sample>, holdout_fraction: f64, seed: u64) -> (Vec<Sample>, Vec<Sample>) {
     let fraction = sanitize_fraction(holdout_fraction);
     let mut in_holdout = vec![false; samples.len()];
     for (label, mut indices) in by_class(&samples) {
@@ -127,12 +117,7 @@ pub fn stratified_subset(samples: Vec<Sample>, max: usize, seed: u64) -> Vec<Sam
         .collect();
     let assigned: usize = quotas.iter().map(|q| q.1).sum();
     let mut order: Vec<usize> = (0..quotas.len()).collect();
-    order.sort_by(|&a, &b| {
-        quotas[b]
-            .2
-            .cmp(&quotas[a].2)
-            .then(quotas[a].0.cmp(&quotas[b].0))
-    });
+    order.sort_by(|&a, &b| quotas[b].2.cmp(&quotas[a].2).then(quotas[a].0.cmp(&quotas[b].0)));
     for &q in order.iter().take(max - assigned) {
         quotas[q].1 += 1;
     }
@@ -144,11 +129,7 @@ pub fn stratified_subset(samples: Vec<Sample>, max: usize, seed: u64) -> Vec<Sam
             keep[i] = true;
         }
     }
-    samples
-        .into_iter()
-        .zip(keep)
-        .filter_map(|(s, k)| k.then_some(s))
-        .collect()
+    samples.into_iter().zip(keep).filter_map(|(s, k)| k.then_some(s)).collect()
 }
 
 fn sanitize_fraction(f: f64) -> f64 {
@@ -160,21 +141,8 @@ fn sanitize_fraction(f: f64) -> f64 {
 }
 
 /// Loads train/holdout splits from `dir`; see [`load_splits_with`].
-pub fn load_splits(
-    dir: &Path,
-    holdout_fraction: f64,
-    seed: u64,
-    verify_md5: bool,
-) -> Result<Splits, DataError> {
-    load_splits_with(
-        dir,
-        &SplitConfig {
-            holdout_fraction,
-            seed,
-            verify_md5,
-            ..SplitConfig::default()
-        },
-    )
+pub fn load_splits(dir: &Path, holdout_fraction: f64, seed: u64, verify_md5: bool) -> Result<Splits, DataError> {
+    load_splits_with(dir, &SplitConfig { holdout_fraction, seed, verify_md5, ..SplitConfig::default() })
 }
 
 /// Loads train/holdout splits from `dir`.
@@ -199,11 +167,8 @@ pub fn load_splits_with(dir: &Path, config: &SplitConfig) -> Result<Splits, Data
         }
         let train = read_csv(&train_path)?;
         let holdout = read_csv(&test_path)?;
-        let description = format!(
-            "AG News full dataset ({} train / {} test)",
-            thousands(train.len()),
-            thousands(holdout.len())
-        );
+        let description =
+            format!("AG News full dataset ({} train / {} test)", thousands(train.len()), thousands(holdout.len()));
         (train, holdout, description)
     } else if test_path.is_file() {
         if config.verify_md5 {
@@ -218,9 +183,7 @@ pub fn load_splits_with(dir: &Path, config: &SplitConfig) -> Result<Splits, Data
         );
         (train, holdout, description)
     } else {
-        return Err(DataError::NoData {
-            dir: dir.to_path_buf(),
-        });
+        return Err(DataError::NoData { dir: dir.to_path_buf() });
     };
 
     let mut limited = false;
@@ -239,11 +202,7 @@ pub fn load_splits_with(dir: &Path, config: &SplitConfig) -> Result<Splits, Data
             thousands(holdout.len())
         ));
     }
-    Ok(Splits {
-        train,
-        holdout,
-        description,
-    })
+    Ok(Splits { train, holdout, description })
 }
 
 /// `0.8` → `"80"`, `0.875` → `"87.5"`.
@@ -281,11 +240,7 @@ mod tests {
         for i in 0..max {
             for (label, &n) in per_class.iter().enumerate() {
                 if i < n {
-                    out.push(Sample {
-                        label,
-                        title: format!("c{label} s{i}"),
-                        description: String::new(),
-                    });
+                    out.push(Sample { label, title: format!("c{label} s{i}"), description: String::new() });
                 }
             }
         }
@@ -324,9 +279,7 @@ mod tests {
         assert!(holdout.iter().all(|s| !train_titles.contains(&s.title)));
         // Input order is kept.
         let pos = |t: &String| all.iter().position(|s| &s.title == t).unwrap();
-        assert!(train
-            .windows(2)
-            .all(|w| pos(&w[0].title) < pos(&w[1].title)));
+        assert!(train.windows(2).all(|w| pos(&w[0].title) < pos(&w[1].title)));
     }
 
     #[test]
@@ -377,17 +330,8 @@ mod tests {
     }
 
     fn write_csv(path: &Path, samples: &[Sample]) {
-        let body: String = samples
-            .iter()
-            .map(|s| {
-                format!(
-                    "\"{}\",\"{}\",\"{}\"\n",
-                    s.label + 1,
-                    s.title,
-                    s.description
-                )
-            })
-            .collect();
+        let body: String =
+            samples.iter().map(|s| format!("\"{}\",\"{}\",\"{}\"\n", s.label + 1, s.title, s.description)).collect();
         std::fs::write(path, body).unwrap();
     }
 
@@ -397,15 +341,10 @@ mod tests {
         write_csv(&dir.path().join(TEST_FILE), &synthetic([10, 10, 10, 10]));
         let s = load_splits(dir.path(), 0.2, 42, false).unwrap();
         assert_eq!((s.train.len(), s.holdout.len()), (32, 8));
-        assert_eq!(
-            s.description,
-            "AG News test split, 80/20 re-split (seed 42)"
-        );
+        assert_eq!(s.description, "AG News test split, 80/20 re-split (seed 42)");
 
         // The synthetic file is not the published one.
-        let msg = load_splits(dir.path(), 0.2, 42, true)
-            .unwrap_err()
-            .to_string();
+        let msg = load_splits(dir.path(), 0.2, 42, true).unwrap_err().to_string();
         assert!(msg.contains("test.csv") && msg.contains(TEST_MD5), "{msg}");
 
         let cfg = SplitConfig {
@@ -418,10 +357,7 @@ mod tests {
         let s = load_splits_with(dir.path(), &cfg).unwrap();
         assert_eq!((s.train.len(), s.holdout.len()), (8, 4));
         assert_eq!(counts(&s.train), [2, 2, 2, 2]);
-        assert_eq!(
-            s.description,
-            "AG News test split, 75/25 re-split (seed 1), limited to 8 train / 4 holdout rows"
-        );
+        assert_eq!(s.description, "AG News test split, 75/25 re-split (seed 1), limited to 8 train / 4 holdout rows");
     }
 
     #[test]
@@ -432,25 +368,15 @@ mod tests {
         let s = load_splits(dir.path(), 0.2, 42, false).unwrap();
         assert_eq!((s.train.len(), s.holdout.len()), (24, 8));
         assert_eq!(s.description, "AG News full dataset (24 train / 8 test)");
-        let msg = load_splits(dir.path(), 0.2, 42, true)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            msg.contains("train.csv") && msg.contains(TRAIN_MD5),
-            "{msg}"
-        );
+        let msg = load_splits(dir.path(), 0.2, 42, true).unwrap_err().to_string();
+        assert!(msg.contains("train.csv") && msg.contains(TRAIN_MD5), "{msg}");
     }
 
     #[test]
     fn load_from_empty_dir() {
         let dir = tempfile::tempdir().unwrap();
-        let msg = load_splits(dir.path(), 0.2, 42, false)
-            .unwrap_err()
-            .to_string();
+        let msg = load_splits(dir.path(), 0.2, 42, false).unwrap_err().to_string();
         assert!(msg.contains("no AG News data found"), "{msg}");
-        assert!(
-            msg.contains(&format!("tandem data fetch --dir {}", dir.path().display())),
-            "{msg}"
-        );
+        assert!(msg.contains(&format!("tandem data fetch --dir {}", dir.path().display())), "{msg}");
     }
 }

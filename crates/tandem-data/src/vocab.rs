@@ -21,10 +21,7 @@ pub struct VocabConfig {
 
 impl Default for VocabConfig {
     fn default() -> Self {
-        Self {
-            max_size: 20_000,
-            min_freq: 2,
-        }
+        Self { max_size: 20_000, min_freq: 2 }
     }
 }
 
@@ -73,10 +70,8 @@ impl Vocab {
             }
         }
         let min_freq = config.min_freq.max(1);
-        let mut ranked: Vec<(String, usize)> = counts
-            .into_iter()
-            .filter(|(token, n)| *n >= min_freq && !Self::is_special(token))
-            .collect();
+        let mut ranked: Vec<(String, usize)> =
+            counts.into_iter().filter(|(token, n)| *n >= min_freq && !Self::is_special(token)).collect();
         ranked.sort_unstable_by(|(ta, na), (tb, nb)| nb.cmp(na).then_with(|| ta.cmp(tb)));
         ranked.truncate(config.max_size.saturating_sub(2));
 
@@ -92,11 +87,7 @@ impl Vocab {
     }
 
     fn from_tokens_unchecked(tokens: Vec<String>) -> Self {
-        let index = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let index = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         Self { tokens, index }
     }
 
@@ -132,11 +123,7 @@ impl Vocab {
     /// becomes a single [`Vocab::UNK`] with length 1, so no row is entirely padding.
     pub fn encode(&self, text: &str, max_len: usize) -> (Vec<u32>, usize) {
         let max_len = max_len.max(1);
-        let mut ids: Vec<u32> = tokenize(text)
-            .iter()
-            .take(max_len)
-            .map(|t| self.id(t))
-            .collect();
+        let mut ids: Vec<u32> = tokenize(text).iter().take(max_len).map(|t| self.id(t)).collect();
         if ids.is_empty() {
             ids.push(Self::UNK);
         }
@@ -148,27 +135,17 @@ impl Vocab {
     /// Writes the vocabulary as JSON, atomically (a temporary file in the same directory is
     /// renamed over `path`). Creates the parent directory if needed.
     pub fn save(&self, path: &Path) -> Result<(), DataError> {
-        let file = VocabFile {
-            format: FILE_FORMAT.to_string(),
-            version: FILE_VERSION,
-            tokens: self.tokens.clone(),
-        };
-        let json = serde_json::to_vec_pretty(&file).map_err(|e| DataError::Vocab {
-            path: path.to_path_buf(),
-            message: format!("cannot serialize: {e}"),
-        })?;
+        let file = VocabFile { format: FILE_FORMAT.to_string(), version: FILE_VERSION, tokens: self.tokens.clone() };
+        let json = serde_json::to_vec_pretty(&file)
+            .map_err(|e| DataError::Vocab { path: path.to_path_buf(), message: format!("cannot serialize: {e}") })?;
         write_atomic(path, &json)
     }
 
     /// Reads a vocabulary written by [`Vocab::save`], checking its structure.
     pub fn load(path: &Path) -> Result<Self, DataError> {
         let bytes = std::fs::read(path).map_err(|e| DataError::io(path, "cannot read", e))?;
-        let invalid = |message: String| DataError::Vocab {
-            path: path.to_path_buf(),
-            message,
-        };
-        let file: VocabFile =
-            serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
+        let invalid = |message: String| DataError::Vocab { path: path.to_path_buf(), message };
+        let file: VocabFile = serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
         if file.format != FILE_FORMAT || file.version != FILE_VERSION {
             return Err(invalid(format!(
                 "unsupported format {:?} version {} (expected {FILE_FORMAT:?} version {FILE_VERSION})",
@@ -201,17 +178,13 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    std::fs::create_dir_all(parent)
-        .map_err(|e| DataError::io(parent, "cannot create directory", e))?;
+    std::fs::create_dir_all(parent).map_err(|e| DataError::io(parent, "cannot create directory", e))?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".tandem-tmp-")
         .tempfile_in(parent)
         .map_err(|e| DataError::io(parent, "cannot create temporary file", e))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| DataError::io(path, "cannot write", e))?;
-    tmp.persist(path)
-        .map_err(|e| DataError::io(path, "cannot write", e.error))?;
+    tmp.write_all(bytes).and_then(|()| tmp.as_file().sync_all()).map_err(|e| DataError::io(path, "cannot write", e))?;
+    tmp.persist(path).map_err(|e| DataError::io(path, "cannot write", e.error))?;
     Ok(())
 }
 
@@ -219,12 +192,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
 mod tests {
     use super::*;
 
-    const TEXTS: [&str; 4] = [
-        "the cat sat on the mat",
-        "the dog sat",
-        "a cat and a dog",
-        "zebra",
-    ];
+    const TEXTS: [&str; 4] = ["the cat sat on the mat", "the dog sat", "a cat and a dog", "zebra"];
 
     fn cfg(max_size: usize, min_freq: usize) -> VocabConfig {
         VocabConfig { max_size, min_freq }
@@ -238,10 +206,7 @@ mod tests {
         assert_eq!(v.token(0), Some("<pad>"));
         assert_eq!(v.token(1), Some("<unk>"));
         // the:3; a,cat,dog,sat:2 (alphabetical); and,mat,on,zebra:1.
-        assert_eq!(
-            &v.tokens()[2..],
-            ["the", "a", "cat", "dog", "sat", "and", "mat", "on", "zebra"]
-        );
+        assert_eq!(&v.tokens()[2..], ["the", "a", "cat", "dog", "sat", "and", "mat", "on", "zebra"]);
         assert_eq!(v.len(), 11);
         assert_eq!(v.id("the"), 2);
         assert_eq!(v.id("never-seen"), Vocab::UNK);
@@ -264,10 +229,7 @@ mod tests {
         let a = Vocab::build(TEXTS, &VocabConfig::default());
         let mut reversed = TEXTS;
         reversed.reverse();
-        let b = Vocab::build(
-            reversed.iter().map(|s| s.to_string()),
-            &VocabConfig::default(),
-        );
+        let b = Vocab::build(reversed.iter().map(|s| s.to_string()), &VocabConfig::default());
         assert_eq!(a, b);
     }
 
@@ -305,10 +267,8 @@ mod tests {
         assert_eq!(Vocab::load(&path).unwrap(), v);
         // Overwrite in place; no temporary files left behind.
         v.save(&path).unwrap();
-        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names: Vec<_> =
+            std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["vocab.json"]);
     }
 
@@ -324,19 +284,11 @@ mod tests {
         let msg = Vocab::load(&bad).unwrap_err().to_string();
         assert!(msg.contains("bad.json") && msg.contains("JSON"), "{msg}");
 
-        std::fs::write(
-            &bad,
-            r#"{"format":"tandem-vocab","version":1,"tokens":["a","b"]}"#,
-        )
-        .unwrap();
+        std::fs::write(&bad, r#"{"format":"tandem-vocab","version":1,"tokens":["a","b"]}"#).unwrap();
         let msg = Vocab::load(&bad).unwrap_err().to_string();
         assert!(msg.contains("bad.json") && msg.contains("<pad>"), "{msg}");
 
-        std::fs::write(
-            &bad,
-            r#"{"format":"tandem-vocab","version":1,"tokens":["<pad>","<unk>","x","x"]}"#,
-        )
-        .unwrap();
+        std::fs::write(&bad, r#"{"format":"tandem-vocab","version":1,"tokens":["<pad>","<unk>","x","x"]}"#).unwrap();
         let msg = Vocab::load(&bad).unwrap_err().to_string();
         assert!(msg.contains("duplicate"), "{msg}");
     }

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use tandem_data::{
-    check_dir, load_splits, load_splits_with, md5_file, read_csv, Encoded, SplitConfig, Vocab,
-    VocabConfig, NUM_CLASSES, TEST_FILE, TEST_MD5, TEST_ROWS,
+    check_dir, load_splits, load_splits_with, md5_file, read_csv, Encoded, SplitConfig, Vocab, VocabConfig,
+    NUM_CLASSES, TEST_FILE, TEST_MD5, TEST_ROWS,
 };
 
 fn workspace_root() -> PathBuf {
@@ -28,10 +28,7 @@ fn real_dir(test: &str) -> Option<PathBuf> {
     if dir.join(TEST_FILE).is_file() {
         Some(dir)
     } else {
-        println!(
-            "skipping {test}: no {} (set TANDEM_DATA_DIR)",
-            dir.join(TEST_FILE).display()
-        );
+        println!("skipping {test}: no {} (set TANDEM_DATA_DIR)", dir.join(TEST_FILE).display());
         None
     }
 }
@@ -75,10 +72,7 @@ fn real_resplit_80_20() {
         return;
     };
     if dir.join("train.csv").is_file() {
-        println!(
-            "skipping real_resplit_80_20: {} has train.csv",
-            dir.display()
-        );
+        println!("skipping real_resplit_80_20: {} has train.csv", dir.display());
         return;
     }
     let splits = load_splits(&dir, 0.2, 42, true).unwrap();
@@ -86,35 +80,19 @@ fn real_resplit_80_20() {
     assert_eq!(splits.holdout.len(), 1520);
     assert_eq!(counts(&splits.holdout), [380; NUM_CLASSES]);
     assert_eq!(counts(&splits.train), [1520; NUM_CLASSES]);
-    assert_eq!(
-        splits.description,
-        "AG News test split, 80/20 re-split (seed 42)"
-    );
+    assert_eq!(splits.description, "AG News test split, 80/20 re-split (seed 42)");
     let again = load_splits(&dir, 0.2, 42, false).unwrap();
     assert_eq!(again.holdout, splits.holdout);
 
-    let small = load_splits_with(
-        &dir,
-        &SplitConfig {
-            max_train: Some(400),
-            max_holdout: Some(100),
-            ..SplitConfig::default()
-        },
-    )
-    .unwrap();
+    let small =
+        load_splits_with(&dir, &SplitConfig { max_train: Some(400), max_holdout: Some(100), ..SplitConfig::default() })
+            .unwrap();
     assert_eq!(counts(&small.train), [100; NUM_CLASSES]);
     assert_eq!(counts(&small.holdout), [25; NUM_CLASSES]);
 
     // Vocabulary from the training part only, then encoding.
-    let vocab = Vocab::build(
-        splits.train.iter().map(|s| s.text()),
-        &VocabConfig::default(),
-    );
-    assert!(
-        vocab.len() > 5000 && vocab.len() <= 20_000,
-        "{}",
-        vocab.len()
-    );
+    let vocab = Vocab::build(splits.train.iter().map(|s| s.text()), &VocabConfig::default());
+    assert!(vocab.len() > 5000 && vocab.len() <= 20_000, "{}", vocab.len());
     let enc = Encoded::new(&splits.holdout, &vocab, 64);
     assert_eq!(enc.len(), 1520);
     assert!(enc.lengths.iter().all(|&l| (1..=64).contains(&l)));

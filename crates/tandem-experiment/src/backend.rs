@@ -56,7 +56,11 @@ impl BackendKind {
 
     /// The kind its devices are named with in manifests: `cpu`, `wgpu` or `cuda`.
     pub fn device_kind(self) -> &'static str {
-        if self.is_cpu() { "cpu" } else { self.name() }
+        if self.is_cpu() {
+            "cpu"
+        } else {
+            self.name()
+        }
     }
 }
 
@@ -90,7 +94,10 @@ impl FromStr for DeviceSpec {
     fn from_str(s: &str) -> Result<Self, String> {
         let (kind, index) = match s.split_once(':') {
             // CubeCL keeps device numbers as u16: a larger one would silently wrap around.
-            Some((k, i)) => (k, i.parse::<u16>().map_err(|_| format!("device `{s}`: `{i}` is not a device number (0–65535)"))?.into()),
+            Some((k, i)) => (
+                k,
+                i.parse::<u16>().map_err(|_| format!("device `{s}`: `{i}` is not a device number (0–65535)"))?.into(),
+            ),
             None => (s, 0),
         };
         if !["cpu", "wgpu", "cuda"].contains(&kind) {
@@ -102,7 +109,11 @@ impl FromStr for DeviceSpec {
 
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.kind == "cpu" { f.write_str("cpu") } else { write!(f, "{}:{}", self.kind, self.index) }
+        if self.kind == "cpu" {
+            f.write_str("cpu")
+        } else {
+            write!(f, "{}:{}", self.kind, self.index)
+        }
     }
 }
 
@@ -118,7 +129,10 @@ impl DeviceSpec {
         if self.kind == expected {
             Ok(())
         } else {
-            Err(format!("device `{self}` does not belong to backend `{backend}` (use `{expected}{}`)", if backend.is_cpu() { "" } else { ":0" }))
+            Err(format!(
+                "device `{self}` does not belong to backend `{backend}` (use `{expected}{}`)",
+                if backend.is_cpu() { "" } else { ":0" }
+            ))
         }
     }
 }
@@ -140,7 +154,8 @@ pub fn probe_device<B: Backend>(name: &str, device: &B::Device) -> Result<(), St
     match started.join() {
         Ok(_) => Ok(()),
         Err(panic) => {
-            let message = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied());
+            let message =
+                panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied());
             // CubeCL starts a device on a thread of its own; when that panics, the caller only
             // sees its channel close (`RecvError`), and the real reason is on stderr.
             let why = match message {
@@ -185,5 +200,9 @@ pub fn one_stream_per_device() {
 #[cfg(feature = "wgpu")]
 pub fn wgpu_device(index: usize) -> burn::backend::wgpu::WgpuDevice {
     use burn::backend::wgpu::WgpuDevice;
-    if index == 0 { WgpuDevice::DefaultDevice } else { WgpuDevice::DiscreteGpu(index) }
+    if index == 0 {
+        WgpuDevice::DefaultDevice
+    } else {
+        WgpuDevice::DiscreteGpu(index)
+    }
 }

@@ -230,8 +230,10 @@ struct RawManifest {
 impl Manifest {
     /// Reads and validates a manifest file.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ManifestError { path: path.to_path_buf(), message: format!("cannot read the manifest: {e}") })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+            path: path.to_path_buf(),
+            message: format!("cannot read the manifest: {e}"),
+        })?;
         Self::parse(&text, path)
     }
 
@@ -269,7 +271,10 @@ impl Manifest {
     fn validate(&self) -> Result<(), String> {
         let e = &self.experiment;
         if e.name.is_empty() || !e.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(format!("[experiment] name: `{}` must be non-empty and use only letters, digits, `-`, `_`, `.`", e.name));
+            return Err(format!(
+                "[experiment] name: `{}` must be non-empty and use only letters, digits, `-`, `_`, `.`",
+                e.name
+            ));
         }
         if e.seeds.is_empty() {
             return Err("[experiment] seeds: list at least one seed".into());
@@ -306,7 +311,8 @@ impl Manifest {
         if self.models.is_empty() {
             return Err("[[models]]: list at least one model".into());
         }
-        let input = InputSpec { vocab_size: d.vocab.max_size, max_len: d.max_len, num_classes: tandem_data::NUM_CLASSES };
+        let input =
+            InputSpec { vocab_size: d.vocab.max_size, max_len: d.max_len, num_classes: tandem_data::NUM_CLASSES };
         for (i, m) in self.models.iter().enumerate() {
             if self.models[..i].iter().any(|o| o.name == m.name) {
                 return Err(format!("models[{i}] name: `{}` is used twice", m.name));
@@ -320,7 +326,11 @@ impl Manifest {
     /// The data directory: `[data] dir` (relative to the manifest), else `$TANDEM_DATA_DIR`, else the default.
     pub fn data_dir(&self) -> PathBuf {
         let from_manifest = self.data.dir.as_ref().map(|d| {
-            if d.is_absolute() { d.clone() } else { self.source.parent().unwrap_or(Path::new(".")).join(d) }
+            if d.is_absolute() {
+                d.clone()
+            } else {
+                self.source.parent().unwrap_or(Path::new(".")).join(d)
+            }
         });
         tandem_data::resolve_data_dir(from_manifest.as_deref())
     }
@@ -356,8 +366,10 @@ fn model_entry(mut table: toml::Table, global_train: &toml::Table) -> Result<Mod
         Some(_) => return Err(format!(" (`{name}`) train: must be a table of [train] overrides")),
         None => {}
     }
-    let train: TrainConfig = toml::Value::Table(train).try_into().map_err(|e| format!(" (`{name}`) train: {}", one_line(e)))?;
-    let config: ModelConfig = toml::Value::Table(table).try_into().map_err(|e| format!(" (`{name}`): {}", one_line(e)))?;
+    let train: TrainConfig =
+        toml::Value::Table(train).try_into().map_err(|e| format!(" (`{name}`) train: {}", one_line(e)))?;
+    let config: ModelConfig =
+        toml::Value::Table(table).try_into().map_err(|e| format!(" (`{name}`): {}", one_line(e)))?;
     Ok(ModelEntry { name, config, train })
 }
 

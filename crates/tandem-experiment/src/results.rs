@@ -218,7 +218,8 @@ impl RunSummary {
     pub fn set_epochs(&mut self, records: &[EpochRecord]) {
         self.epochs_completed = records.iter().filter(|r| r.stream.as_ref().is_none_or(|s| s.pass_complete)).count();
         self.prequential_samples = records.iter().map(|r| r.prequential_samples).sum();
-        let correct: f64 = records.iter().map(|r| r.prequential_accuracy.unwrap_or(0.0) * r.prequential_samples as f64).sum();
+        let correct: f64 =
+            records.iter().map(|r| r.prequential_accuracy.unwrap_or(0.0) * r.prequential_samples as f64).sum();
         self.prequential_accuracy = (self.prequential_samples > 0).then(|| correct / self.prequential_samples as f64);
         self.train_seconds = records.iter().map(|r| r.train_seconds).sum();
         self.eval_seconds = records.iter().map(|r| r.eval_seconds).sum();

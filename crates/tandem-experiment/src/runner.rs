@@ -44,7 +44,6 @@ impl Default for RunOptions {
     }
 }
 
-
 /// Why a run could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -120,7 +119,8 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
     }
     let data = prepare_data(manifest)?;
     if let Some(ranks) = ranks {
-        let split: Vec<u8> = data.train.tokens.iter().chain(&data.holdout.tokens).flat_map(|t| t.to_le_bytes()).collect();
+        let split: Vec<u8> =
+            data.train.tokens.iter().chain(&data.holdout.tokens).flat_map(|t| t.to_le_bytes()).collect();
         ranks.check_same("data (train and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
     }
     let mut summaries = Vec::new();
@@ -194,7 +194,8 @@ fn run_devices(manifest: &Manifest, options: &RunOptions, backend: BackendKind) 
     if let Some(names) = &options.devices {
         return parse(names, "--devices");
     }
-    let from_manifest = parse(&manifest.experiment.devices, &format!("{}: [experiment] devices", manifest.source.display()));
+    let from_manifest =
+        parse(&manifest.experiment.devices, &format!("{}: [experiment] devices", manifest.source.display()));
     match (from_manifest, options.backend) {
         (Err(_), Some(_)) => Ok(vec![DeviceSpec::first_of(backend)]),
         (result, _) => result,
@@ -235,12 +236,16 @@ fn run_one(
     let ranks = options.job();
     let writes_results = ranks.is_none_or(|r| r.rank() == 0);
     let (dir, run_id) = match ranks {
-        None => results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?,
+        None => {
+            results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?
+        }
         // Rank 0 picks the folder name; the others log into the same folder (theirs, on
         // machines that do not share rank 0's disk).
         Some(ranks) => {
             let picked = if writes_results {
-                results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?.1
+                results::create_run_dir(&options.out, &manifest.experiment.name, &run_id)
+                    .map_err(io_err(&options.out))?
+                    .1
             } else {
                 String::new()
             };
@@ -358,7 +363,9 @@ fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBar {
     }
     // stderr target: drawn only when stderr is a terminal.
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} samples, {per_sec}, eta {eta} {msg}") {
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} samples, {per_sec}, eta {eta} {msg}")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_prefix(label.to_string());
@@ -402,9 +409,13 @@ fn dispatch(backend: BackendKind, devices: &[DeviceSpec], ctx: &RunContext) -> O
         #[cfg(feature = "ndarray")]
         BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(cpu(), true, ctx),
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => train_on::<Autodiff<burn::backend::Wgpu>>(gpus(devices, crate::backend::wgpu_device), false, ctx),
+        BackendKind::Wgpu => {
+            train_on::<Autodiff<burn::backend::Wgpu>>(gpus(devices, crate::backend::wgpu_device), false, ctx)
+        }
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => train_on::<Autodiff<burn::backend::Cuda>>(gpus(devices, burn::backend::cuda::CudaDevice::new), false, ctx),
+        BackendKind::Cuda => {
+            train_on::<Autodiff<burn::backend::Cuda>>(gpus(devices, burn::backend::cuda::CudaDevice::new), false, ctx)
+        }
         #[allow(unreachable_patterns)]
         other => Outcome::failed(format!("backend `{other}` is not compiled into this build")),
     }
@@ -481,7 +492,9 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
             None => ModelParallel::new(model, train, mp, devices, &ctx.data.train),
         }
         .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
-        StrategyConfig::PredictiveSync(sync) => sync.build(model, train, devices, &ctx.data.train, ctx.ranks).map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::PredictiveSync(sync) => {
+            sync.build(model, train, devices, &ctx.data.train, ctx.ranks).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
+        }
     };
     let mut strategy = match built {
         Ok(strategy) => strategy,
@@ -506,11 +519,19 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         };
         let line = format!(
             "  {point}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {:.0} samples/s",
-            record.train_loss, record.holdout_loss, record.holdout.accuracy, record.holdout.macro_f1,
+            record.train_loss,
+            record.holdout_loss,
+            record.holdout.accuracy,
+            record.holdout.macro_f1,
             record.train_samples_per_second
         );
-        if progress.is_hidden() { eprintln!("{line}") } else { progress.println(line) }
-        results::write_epochs(&epochs_path, &written).map_err(|e| format!("cannot write {}: {e}", epochs_path.display()))
+        if progress.is_hidden() {
+            eprintln!("{line}")
+        } else {
+            progress.println(line)
+        }
+        results::write_epochs(&epochs_path, &written)
+            .map_err(|e| format!("cannot write {}: {e}", epochs_path.display()))
     };
     let result = tandem_train::train(
         strategy.as_mut(),
@@ -551,7 +572,11 @@ mod tests {
 
     fn resolve(devices: &str, backend: Option<BackendKind>, flag: Option<&[&str]>) -> Result<Vec<String>, String> {
         let m = manifest(devices);
-        let options = RunOptions { backend, devices: flag.map(|d| d.iter().map(ToString::to_string).collect()), ..Default::default() };
+        let options = RunOptions {
+            backend,
+            devices: flag.map(|d| d.iter().map(ToString::to_string).collect()),
+            ..Default::default()
+        };
         run_devices(&m, &options, backend.unwrap_or(m.experiment.backend))
             .map(|d| d.iter().map(ToString::to_string).collect())
             .map_err(|e| e.to_string())
@@ -562,7 +587,10 @@ mod tests {
         assert_eq!(resolve(r#"["cpu"]"#, None, None).unwrap(), ["cpu"]);
         // `--backend cuda` on a CPU manifest: that backend's first device.
         assert_eq!(resolve(r#"["cpu"]"#, Some(BackendKind::Cuda), None).unwrap(), ["cuda:0"]);
-        assert_eq!(resolve(r#"["cpu"]"#, Some(BackendKind::Wgpu), Some(&["wgpu:0", "wgpu:0"])).unwrap(), ["wgpu:0", "wgpu:0"]);
+        assert_eq!(
+            resolve(r#"["cpu"]"#, Some(BackendKind::Wgpu), Some(&["wgpu:0", "wgpu:0"])).unwrap(),
+            ["wgpu:0", "wgpu:0"]
+        );
         let err = resolve(r#"["cpu"]"#, Some(BackendKind::Cuda), Some(&["cuda:0", "wgpu:1"])).unwrap_err();
         assert!(err.contains("--devices") && err.contains("wgpu:1") && err.contains("cuda"), "{err}");
         let err = resolve(r#"["cpu"]"#, None, Some(&["gpu0"])).unwrap_err();

@@ -16,7 +16,9 @@ use tandem_experiment::backend::probe_device;
 use tandem_experiment::BackendKind;
 use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 use tandem_parallel::{DataParallel, DataParallelConfig, ModelParallel, ModelParallelConfig, Schedule};
-use tandem_train::testing::{exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data};
+use tandem_train::testing::{
+    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
+};
 use tandem_train::{Sequential, Strategy};
 
 type Reference = Autodiff<NdArray>;
@@ -32,12 +34,34 @@ const INPUT: InputSpec = InputSpec { vocab_size: 60, max_len: 12, num_classes: 4
 
 /// Each architecture at a small size, dropout off (dropout masks differ between backends).
 fn configs() -> Vec<ModelConfig> {
-    let recurrent = RecurrentConfig { embedding_dim: 8, hidden: 6, layers: 2, embedding_dropout: 0.0, dropout: 0.0, ..Default::default() };
+    let recurrent = RecurrentConfig {
+        embedding_dim: 8,
+        hidden: 6,
+        layers: 2,
+        embedding_dropout: 0.0,
+        dropout: 0.0,
+        ..Default::default()
+    };
     vec![
-        ModelConfig::Cnn(CnnConfig { embedding_dim: 8, filters: 5, kernel_widths: vec![2, 3], embedding_dropout: 0.0, dropout: 0.0, ..Default::default() }),
+        ModelConfig::Cnn(CnnConfig {
+            embedding_dim: 8,
+            filters: 5,
+            kernel_widths: vec![2, 3],
+            embedding_dropout: 0.0,
+            dropout: 0.0,
+            ..Default::default()
+        }),
         ModelConfig::Lstm(recurrent.clone()),
         ModelConfig::Gru(recurrent),
-        ModelConfig::Transformer(TransformerConfig { d_model: 8, heads: 2, layers: 2, d_ff: 16, embedding_dropout: 0.0, dropout: 0.0, ..Default::default() }),
+        ModelConfig::Transformer(TransformerConfig {
+            d_model: 8,
+            heads: 2,
+            layers: 2,
+            d_ff: 16,
+            embedding_dropout: 0.0,
+            dropout: 0.0,
+            ..Default::default()
+        }),
     ]
 }
 
@@ -51,9 +75,15 @@ fn backends_to_test() -> Vec<BackendKind> {
         Err(e) => eprintln!("skipped {kind}: {e}"),
     };
     #[cfg(feature = "wgpu")]
-    consider(BackendKind::Wgpu, probe_device::<burn::backend::Wgpu>("wgpu:0", &tandem_experiment::backend::wgpu_device(0)));
+    consider(
+        BackendKind::Wgpu,
+        probe_device::<burn::backend::Wgpu>("wgpu:0", &tandem_experiment::backend::wgpu_device(0)),
+    );
     #[cfg(feature = "cuda")]
-    consider(BackendKind::Cuda, probe_device::<burn::backend::Cuda>("cuda:0", &burn::backend::cuda::CudaDevice::new(0)));
+    consider(
+        BackendKind::Cuda,
+        probe_device::<burn::backend::Cuda>("cuda:0", &burn::backend::cuda::CudaDevice::new(0)),
+    );
     out
 }
 
@@ -63,9 +93,13 @@ macro_rules! on_each_gpu_backend {
         for backend in backends_to_test() {
             match backend {
                 #[cfg(feature = "wgpu")]
-                BackendKind::Wgpu => $check::<Autodiff<burn::backend::Wgpu>>("wgpu", tandem_experiment::backend::wgpu_device(0)),
+                BackendKind::Wgpu => {
+                    $check::<Autodiff<burn::backend::Wgpu>>("wgpu", tandem_experiment::backend::wgpu_device(0))
+                }
                 #[cfg(feature = "cuda")]
-                BackendKind::Cuda => $check::<Autodiff<burn::backend::Cuda>>("cuda", burn::backend::cuda::CudaDevice::new(0)),
+                BackendKind::Cuda => {
+                    $check::<Autodiff<burn::backend::Cuda>>("cuda", burn::backend::cuda::CudaDevice::new(0))
+                }
                 _ => unreachable!("only GPU backends are tested here"),
             }
         }
@@ -82,7 +116,10 @@ fn batch<B: Backend>(device: &B::Device) -> (Tensor<B, 2, Int>, Tensor<B, 2, Boo
             pad.push(pos >= len);
         }
     }
-    (Tensor::from_data(TensorData::new(ids, [3, INPUT.max_len]), device), Tensor::from_data(TensorData::new(pad, [3, INPUT.max_len]), device))
+    (
+        Tensor::from_data(TensorData::new(ids, [3, INPUT.max_len]), device),
+        Tensor::from_data(TensorData::new(pad, [3, INPUT.max_len]), device),
+    )
 }
 
 /// Every parameter's gradient, in visiting order.
@@ -118,7 +155,10 @@ fn largest_relative_difference(reference: &[f32], got: &[f32]) -> f32 {
 /// every gradient (relative difference ≤ 1e-4); the recurrent layers run as one autodiff node on
 /// both.
 fn agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
-    assert!(tandem_models::recurrence::runs_as_one_node::<B>(), "{name}: the recurrent layers fall back to ordinary operations (is tandem-models' `{name}` feature on?)");
+    assert!(
+        tandem_models::recurrence::runs_as_one_node::<B>(),
+        "{name}: the recurrent layers fall back to ordinary operations (is tandem-models' `{name}` feature on?)"
+    );
     let reference_device = Default::default();
     for config in configs() {
         let reference: Classifier<Reference> = config.init(&INPUT, &reference_device);
@@ -130,7 +170,10 @@ fn agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
         assert!(d <= 1e-4, "{name} {arch}: logits differ from ndarray by {d:e} (relative)");
         assert_eq!(expected_grads.len(), grads.len());
         for (i, (e, g)) in expected_grads.iter().zip(&grads).enumerate() {
-            assert!(e.iter().any(|v| *v != 0.0), "{arch}: parameter {i} has a zero gradient, the test would prove nothing");
+            assert!(
+                e.iter().any(|v| *v != 0.0),
+                "{arch}: parameter {i} has a zero gradient, the test would prove nothing"
+            );
             let d = largest_relative_difference(e, g);
             assert!(d <= 1e-4, "{name} {arch}: gradient of parameter {i} differs from ndarray by {d:e} (relative)");
         }
@@ -157,10 +200,16 @@ fn strategies_agree_on<B: AutodiffBackend>(name: &str, device: B::Device) {
         one_epoch(&mut sequential, &data, &train);
         let expected = sequential.model().parameter_values();
         let dp = DataParallelConfig { replicas: 2, sparse_embedding: true, ..Default::default() };
-        let mut data_parallel = DataParallel::new(initial_model::<B>(&config, vocab_size), &train, &dp, vec![device.clone(); 2]).unwrap();
-        let mp = ModelParallelConfig { stages: 2, schedule: Schedule::OneFOneB, micro_batches: 3, ..Default::default() };
-        let mut model_parallel = ModelParallel::new(initial_model::<B>(&config, vocab_size), &train, &mp, vec![device.clone(); 2], &data).unwrap();
-        for (strategy, parallel) in [("data parallel", &mut data_parallel as &mut dyn Strategy<B>), ("model parallel", &mut model_parallel)] {
+        let mut data_parallel =
+            DataParallel::new(initial_model::<B>(&config, vocab_size), &train, &dp, vec![device.clone(); 2]).unwrap();
+        let mp =
+            ModelParallelConfig { stages: 2, schedule: Schedule::OneFOneB, micro_batches: 3, ..Default::default() };
+        let mut model_parallel =
+            ModelParallel::new(initial_model::<B>(&config, vocab_size), &train, &mp, vec![device.clone(); 2], &data)
+                .unwrap();
+        for (strategy, parallel) in
+            [("data parallel", &mut data_parallel as &mut dyn Strategy<B>), ("model parallel", &mut model_parallel)]
+        {
             one_epoch(parallel, &data, &train);
             let d = relative_difference(&parallel.model().parameter_values(), &expected);
             assert!(d <= 1e-5, "{name} {arch}: {strategy} ends {d:e} (relative) away from sequential");

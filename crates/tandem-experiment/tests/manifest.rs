@@ -40,7 +40,11 @@ fn a_minimal_manifest_gets_defaults_and_per_model_overrides() {
     assert!(matches!(&m.models[1].config, ModelConfig::Lstm(c) if c.hidden == 32));
     assert_eq!(m.models[0].train.stream, None, "epochs unless `stream` is set");
     let m = parse(&MINIMAL.replace("epochs = 3", "epochs = 3\nstream = { eval_every = 25 }")).unwrap();
-    assert_eq!(m.models[1].train.stream, Some(tandem_train::StreamConfig { eval_every: 25 }), "per-model overrides keep the stream");
+    assert_eq!(
+        m.models[1].train.stream,
+        Some(tandem_train::StreamConfig { eval_every: 25 }),
+        "per-model overrides keep the stream"
+    );
 }
 
 #[test]

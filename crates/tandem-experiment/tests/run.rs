@@ -43,7 +43,8 @@ fn a_stream_run_records_its_evaluation_points_and_prequential_accuracy() {
     let out = tempfile::tempdir().unwrap();
     // 200 rows in batches of 32: 7 batches a pass, 2 passes, holdout every 3 batches and at each
     // pass end: after batches 3, 6, 7, 9, 12, 14.
-    let text = manifest(&data, "ndarray", &["cpu"]).replace("batch_size = 32", "batch_size = 32\nstream = { eval_every = 3 }");
+    let text =
+        manifest(&data, "ndarray", &["cpu"]).replace("batch_size = 32", "batch_size = 32\nstream = { eval_every = 3 }");
     let m = Manifest::parse(&text, Path::new("tiny.toml")).unwrap();
     let options = RunOptions { out: out.path().to_path_buf(), progress: false, ..Default::default() };
     let summaries = run(&m, &options).unwrap();

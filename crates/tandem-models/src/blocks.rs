@@ -99,11 +99,15 @@ impl<B: Backend> EmbeddingBlock<B> {
     pub fn forward(&self, tokens: Tensor<B, 2, Int>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
         let [batch, seq] = tokens.dims();
         let device = tokens.device();
-        let position_ids = || Tensor::<B, 1, Int>::arange(0..seq as i64, &device).reshape([1, seq]).repeat_dim(0, batch);
+        let position_ids =
+            || Tensor::<B, 1, Int>::arange(0..seq as i64, &device).reshape([1, seq]).repeat_dim(0, batch);
         if self.fused {
             if let Some(x) = masked_embedding(self.tokens.weight.val(), tokens.clone(), mask_pad) {
                 let x = match &self.positions {
-                    Some(positions) => x + masked_embedding(positions.weight.val(), position_ids(), mask_pad).expect("the same backend"),
+                    Some(positions) => {
+                        x + masked_embedding(positions.weight.val(), position_ids(), mask_pad)
+                            .expect("the same backend")
+                    }
                     None => x,
                 };
                 return self.dropout.forward(x);
@@ -139,11 +143,7 @@ impl<B: Backend> ConvPoolBlock<B> {
             return fused::conv_pool(&self.convs, x);
         }
         let x = x.swap_dims(1, 2); // [batch, channels, seq], as Conv1d expects
-        let pooled = self
-            .convs
-            .iter()
-            .map(|conv| relu(conv.forward(x.clone())).max_dim(2).squeeze_dim(2))
-            .collect();
+        let pooled = self.convs.iter().map(|conv| relu(conv.forward(x.clone())).max_dim(2).squeeze_dim(2)).collect();
         Tensor::cat(pooled, 1)
     }
 }

@@ -116,12 +116,19 @@ impl<B: Backend> burn::module::ModuleVisitor<B> for CollectValues {
 struct AssignValues(std::vec::IntoIter<burn::tensor::TensorData>);
 
 impl<B: Backend> burn::module::ModuleMapper<B> for AssignValues {
-    fn map_float<const D: usize>(&mut self, param: burn::module::Param<Tensor<B, D>>) -> burn::module::Param<Tensor<B, D>> {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<Tensor<B, D>>,
+    ) -> burn::module::Param<Tensor<B, D>> {
         let data = self.0.next().expect("source and target have the same parameters");
         param.map(|t| {
             let device = t.device();
             let value = Tensor::from_data(data, &device);
-            if t.is_require_grad() { value.require_grad() } else { value }
+            if t.is_require_grad() {
+                value.require_grad()
+            } else {
+                value
+            }
         })
     }
 }
@@ -130,13 +137,20 @@ impl<B: Backend> burn::module::ModuleMapper<B> for AssignValues {
 struct AssignFlat<'v>(&'v [f32]);
 
 impl<B: Backend> burn::module::ModuleMapper<B> for AssignFlat<'_> {
-    fn map_float<const D: usize>(&mut self, param: burn::module::Param<Tensor<B, D>>) -> burn::module::Param<Tensor<B, D>> {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<Tensor<B, D>>,
+    ) -> burn::module::Param<Tensor<B, D>> {
         param.map(|t| {
             let (shape, device) = (t.shape(), t.device());
             let (these, rest) = self.0.split_at(shape.num_elements());
             self.0 = rest;
             let value = Tensor::from_data(burn::tensor::TensorData::new(these.to_vec(), shape), &device);
-            if t.is_require_grad() { value.require_grad() } else { value }
+            if t.is_require_grad() {
+                value.require_grad()
+            } else {
+                value
+            }
         })
     }
 }

@@ -9,9 +9,7 @@ use burn::nn::{DropoutConfig, EmbeddingConfig, Initializer, LinearConfig};
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
-use crate::blocks::{
-    Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock, Rnn,
-};
+use crate::blocks::{Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock, Rnn};
 use crate::Classifier;
 
 /// The four architectures Tandem compares.
@@ -67,7 +65,14 @@ pub struct CnnConfig {
 
 impl Default for CnnConfig {
     fn default() -> Self {
-        Self { embedding_dim: 128, filters: 100, kernel_widths: vec![3, 4, 5], embedding_dropout: 0.0, dropout: 0.5, fused: true }
+        Self {
+            embedding_dim: 128,
+            filters: 100,
+            kernel_widths: vec![3, 4, 5],
+            embedding_dropout: 0.0,
+            dropout: 0.5,
+            fused: true,
+        }
     }
 }
 
@@ -90,7 +95,15 @@ pub struct RecurrentConfig {
 
 impl Default for RecurrentConfig {
     fn default() -> Self {
-        Self { embedding_dim: 128, hidden: 128, layers: 1, bidirectional: false, embedding_dropout: 0.0, dropout: 0.3, fused: true }
+        Self {
+            embedding_dim: 128,
+            hidden: 128,
+            layers: 1,
+            bidirectional: false,
+            embedding_dropout: 0.0,
+            dropout: 0.3,
+            fused: true,
+        }
     }
 }
 
@@ -113,7 +126,16 @@ pub struct TransformerConfig {
 
 impl Default for TransformerConfig {
     fn default() -> Self {
-        Self { d_model: 128, heads: 4, layers: 2, d_ff: 256, embedding_dropout: 0.1, dropout: 0.1, norm_first: true, fused: true }
+        Self {
+            d_model: 128,
+            heads: 4,
+            layers: 2,
+            d_ff: 256,
+            embedding_dropout: 0.1,
+            dropout: 0.1,
+            norm_first: true,
+            fused: true,
+        }
     }
 }
 
@@ -151,7 +173,11 @@ impl ModelConfig {
     pub fn validate(&self, input: &InputSpec) -> Result<(), String> {
         let positive = |name: &str, v: usize| if v == 0 { Err(format!("`{name}` must be at least 1")) } else { Ok(()) };
         let dropout = |name: &str, p: f64| {
-            if (0.0..1.0).contains(&p) { Ok(()) } else { Err(format!("`{name}` must be in [0, 1), got {p}")) }
+            if (0.0..1.0).contains(&p) {
+                Ok(())
+            } else {
+                Err(format!("`{name}` must be in [0, 1), got {p}"))
+            }
         };
         match self {
             Self::Cnn(c) => {
@@ -236,7 +262,11 @@ impl ModelConfig {
                         (false, false) => Rnn::Gru(GruConfig::new(d_in, c.hidden, true).init(device)),
                         (false, true) => Rnn::BiGru(BiGruConfig::new(d_in, c.hidden, true).init(device)),
                     };
-                    blocks.push(Block::Recurrent(RecurrentBlock { rnn, fused: c.fused, dropout: DropoutConfig::new(c.dropout).init() }));
+                    blocks.push(Block::Recurrent(RecurrentBlock {
+                        rnn,
+                        fused: c.fused,
+                        dropout: DropoutConfig::new(c.dropout).init(),
+                    }));
                 }
                 blocks.push(head(c.hidden * directions, c.dropout));
                 blocks
@@ -247,7 +277,10 @@ impl ModelConfig {
                     .with_norm_first(c.norm_first);
                 let mut blocks = vec![embedding(c.d_model, true, c.embedding_dropout, c.fused)];
                 blocks.extend((0..c.layers).map(|_| {
-                    Block::Encoder(EncoderBlock { layer: TransformerEncoderLayer::new(&layer_config, device), fused: c.fused })
+                    Block::Encoder(EncoderBlock {
+                        layer: TransformerEncoderLayer::new(&layer_config, device),
+                        fused: c.fused,
+                    })
                 }));
                 blocks.push(head(c.d_model, c.dropout));
                 blocks

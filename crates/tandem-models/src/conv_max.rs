@@ -78,7 +78,9 @@ type OneNode<B> = fn(Tensor<B, 3>, Tensor<B, 2>, &Widths) -> Tensor<B, 2>;
 fn own_backward<B: Backend>() -> Option<OneNode<B>> {
     match Known::of::<B>() {
         Known::AutodiffFlex => Some(|x, w, widths| same_type(tracked::<Flex>(same_type(x), same_type(w), widths))),
-        Known::AutodiffNdArray => Some(|x, w, widths| same_type(tracked::<NdArray>(same_type(x), same_type(w), widths))),
+        Known::AutodiffNdArray => {
+            Some(|x, w, widths| same_type(tracked::<NdArray>(same_type(x), same_type(w), widths)))
+        }
         _ => None,
     }
 }
@@ -112,7 +114,9 @@ fn ordinary<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) 
     }
     let outside = Tensor::<B, 2>::from_data(TensorData::new(outside, [positions, filters]), &device);
     // Added as one shared row per sample: CPU backends broadcast that in a vectorised loop.
-    let out = (windows.matmul(weight).reshape([batch, positions * filters]) + outside.reshape([1, positions * filters])).reshape([batch, positions, filters]);
+    let out = (windows.matmul(weight).reshape([batch, positions * filters])
+        + outside.reshape([1, positions * filters]))
+    .reshape([batch, positions, filters]);
     out.max_dim(1).squeeze_dim(1)
 }
 
@@ -212,10 +216,18 @@ fn add_scaled(into: &mut [f32], scale: f32, values: &[f32]) {
 }
 
 /// Runs the forward pass on `I` and registers one autodiff node for it.
-fn tracked<I: Backend>(x: Tensor<Autodiff<I>, 3>, weight: Tensor<Autodiff<I>, 2>, widths: &Widths) -> Tensor<Autodiff<I>, 2> {
+fn tracked<I: Backend>(
+    x: Tensor<Autodiff<I>, 3>,
+    weight: Tensor<Autodiff<I>, 2>,
+    widths: &Widths,
+) -> Tensor<Autodiff<I>, 2> {
     let parents = [x.into_primitive().tensor(), weight.into_primitive().tensor()];
     let output = record_node(ConvMaxBackward, parents, |[x, weight], record| {
-        let (pooled, saved) = forward::<I>(Tensor::from_primitive(TensorPrimitive::Float(x)), Tensor::from_primitive(TensorPrimitive::Float(weight)), widths);
+        let (pooled, saved) = forward::<I>(
+            Tensor::from_primitive(TensorPrimitive::Float(x)),
+            Tensor::from_primitive(TensorPrimitive::Float(weight)),
+            widths,
+        );
         (pooled.into_primitive().tensor(), record.then_some(saved))
     });
     Tensor::from_primitive(TensorPrimitive::Float(output))

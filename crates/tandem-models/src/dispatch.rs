@@ -49,14 +49,20 @@ pub fn on_cpu<B: Backend>() -> bool {
 /// `value` as a `T`; `A` and `T` must be the same type (checked by the caller, with [`Known::of`] or a `TypeId`).
 pub(crate) fn same_type<A: 'static, T: 'static>(value: A) -> T {
     let mut slot = Some(value);
-    let cast = (&mut slot as &mut dyn Any).downcast_mut::<Option<T>>().expect("the caller checked that the types are the same");
+    let cast = (&mut slot as &mut dyn Any)
+        .downcast_mut::<Option<T>>()
+        .expect("the caller checked that the types are the same");
     cast.take().expect("the slot was filled above")
 }
 
 /// `tensor`'s values as f32 in host memory (no copy for a uniquely owned contiguous f32 Flex tensor).
 pub(crate) fn host_f32<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> TensorData {
     let data = tensor.into_data();
-    if data.dtype == DType::F32 { data } else { data.convert::<f32>() }
+    if data.dtype == DType::F32 {
+        data
+    } else {
+        data.convert::<f32>()
+    }
 }
 
 /// The values of data from [`host_f32`].

@@ -21,7 +21,11 @@ use crate::dispatch::{host_f32, record_node, same_type, values, values_mut, Know
 
 /// The rows of `table` (`[vocab, dim]`) named by `ids` (`[batch, seq]`), zero where `mask_pad`
 /// is `true`: `[batch, seq, dim]`. `None` on a backend without a host path.
-pub fn masked_embedding<B: Backend>(table: Tensor<B, 2>, ids: Tensor<B, 2, Int>, mask_pad: &Tensor<B, 2, Bool>) -> Option<Tensor<B, 3>> {
+pub fn masked_embedding<B: Backend>(
+    table: Tensor<B, 2>,
+    ids: Tensor<B, 2, Int>,
+    mask_pad: &Tensor<B, 2, Bool>,
+) -> Option<Tensor<B, 3>> {
     let known = Known::of::<B>();
     if known == Known::Other {
         return None;
@@ -59,7 +63,11 @@ impl Lookup {
             .zip(padding.iter::<bool>())
             .map(|(id, pad)| {
                 assert!((0..vocab as i64).contains(&id), "token id {id} outside the embedding table's {vocab} rows");
-                if pad { Self::PADDING } else { id as u32 }
+                if pad {
+                    Self::PADDING
+                } else {
+                    id as u32
+                }
             })
             .collect();
         Self { rows, batch, seq, vocab }

@@ -27,12 +27,12 @@
 //! stride 1, dilation 1, one group and no padding, and layer norms with the ε of Burn's
 //! `TransformerEncoderConfig` default (`LayerNorm` keeps its own private).
 
+use burn::nn::activation::Activation;
+use burn::nn::attention::MultiHeadAttention;
 use burn::nn::conv::Conv1d;
 use burn::nn::gru::{BiGru, Gru};
 use burn::nn::lstm::{BiLstm, Lstm};
-use burn::nn::attention::MultiHeadAttention;
 use burn::nn::transformer::{PositionWiseFeedForward, TransformerEncoderConfig, TransformerEncoderLayer};
-use burn::nn::activation::Activation;
 use burn::nn::{GateController, Linear};
 use burn::tensor::activation::{quiet_softmax, relu};
 use burn::tensor::backend::Backend;
@@ -43,8 +43,8 @@ use crate::gelu::gelu;
 use crate::layer_norm::layer_norm;
 use crate::linear::linear_rows;
 use crate::permute::permute;
-use crate::softmax::softmax_last;
 use crate::recurrence::{recurrence, Cell};
+use crate::softmax::softmax_last;
 
 /// A stock layer's parameters laid side by side: `[d_in, gates × hidden]` input weights,
 /// `[hidden, gates × hidden]` hidden weights, and the two biases.
@@ -132,21 +132,32 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
             .map(|c| {
                 let [filters, _, width] = c.weight.dims();
                 let w = c.weight.val();
-                let w = if width < widest { Tensor::cat(vec![w, Tensor::zeros([filters, channels, widest - width], &device)], 2) } else { w };
+                let w = if width < widest {
+                    Tensor::cat(vec![w, Tensor::zeros([filters, channels, widest - width], &device)], 2)
+                } else {
+                    w
+                };
                 w.swap_dims(1, 2).reshape([filters, widest * channels]).transpose()
             })
             .collect(),
         1,
     );
     // Bias after the max: max(y + b) = max(y) + b, on `filters` values per sample instead of per position.
-    let bias = Tensor::cat(convs.iter().map(|c| c.bias.as_ref().expect("Tandem builds convolutions with biases").val()).collect(), 0);
+    let bias = Tensor::cat(
+        convs.iter().map(|c| c.bias.as_ref().expect("Tandem builds convolutions with biases").val()).collect(),
+        0,
+    );
     relu(conv_max(x, weight, &widths) + bias.unsqueeze())
 }
 
 /// `[batch, seq, d_model]` → `[batch, seq, d_model]` through `layer`'s parameters, as Burn's
 /// `TransformerEncoderLayer::forward` with a padding mask (`true` at padding) and no attention
 /// mask: the same operations, dropouts drawn in the same order, on rows of features.
-pub fn encoder_layer<B: Backend>(layer: &TransformerEncoderLayer<B>, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+pub fn encoder_layer<B: Backend>(
+    layer: &TransformerEncoderLayer<B>,
+    x: Tensor<B, 3>,
+    mask_pad: &Tensor<B, 2, Bool>,
+) -> Tensor<B, 3> {
     let attend = |x: Tensor<B, 3>| layer.dropout.forward(attention(&layer.mha, x, mask_pad));
     let feed_forward = |x: Tensor<B, 3>| layer.dropout.forward(position_wise(&layer.pwff, x));
     // The ε Tandem's encoder configuration leaves at Burn's default (the layer keeps it private).
@@ -174,8 +185,11 @@ fn on_rows<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
 fn attention<B: Backend>(mha: &MultiHeadAttention<B>, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
     let [batch, seq, d_model] = x.dims();
     // Heads as `[batch, heads, seq, d_k]`; keys as `[batch, heads, d_k, seq]`, ready for `q · kᵀ`.
-    let heads = |linear: &Linear<B>, axes| permute(on_rows(linear, x.clone()).reshape([batch, seq, mha.n_heads, mha.d_k]), axes);
-    let (query, key_t, value) = (heads(&mha.query, [0, 2, 1, 3]), heads(&mha.key, [0, 2, 3, 1]), heads(&mha.value, [0, 2, 1, 3]));
+    let heads = |linear: &Linear<B>, axes| {
+        permute(on_rows(linear, x.clone()).reshape([batch, seq, mha.n_heads, mha.d_k]), axes)
+    };
+    let (query, key_t, value) =
+        (heads(&mha.query, [0, 2, 1, 3]), heads(&mha.key, [0, 2, 3, 1]), heads(&mha.value, [0, 2, 1, 3]));
     let scores = mha.dropout.forward(query.matmul(key_t).div_scalar((mha.d_k as f32).sqrt()));
     // Expanded (a copy) once here; a broadcast mask would be expanded by every mask_fill.
     let mask = mask_pad.clone().reshape([batch, 1, 1, seq]).repeat_dim(1, mha.n_heads).repeat_dim(2, seq);

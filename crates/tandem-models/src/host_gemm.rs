@@ -35,7 +35,9 @@ impl<'a> Matrix<'a> {
 
     /// Whether every element lies inside `values`.
     fn fits(&self) -> bool {
-        self.rows == 0 || self.cols == 0 || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride < self.values.len()
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride < self.values.len()
     }
 }
 
@@ -53,7 +55,11 @@ pub(crate) fn transposed(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 /// `out = a · b`, or with `accumulate` `out += a · b`; `out` is row-major `[a.rows, b.cols]`.
 pub(crate) fn host_matmul(out: &mut [f32], a: Matrix, b: Matrix, accumulate: bool) {
-    assert!(b.rows == a.cols && out.len() == a.rows * b.cols && a.fits() && b.fits(), "host_matmul: {a:?} · {b:?} into {} values", out.len());
+    assert!(
+        b.rows == a.cols && out.len() == a.rows * b.cols && a.fits() && b.fits(),
+        "host_matmul: {a:?} · {b:?} into {} values",
+        out.len()
+    );
     // SAFETY: checked just above.
     unsafe { gemm_into(out.as_mut_ptr(), a, b, accumulate) }
 }

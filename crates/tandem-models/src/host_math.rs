@@ -10,7 +10,13 @@
 /// (`fmaf`, the same result), and these loops no longer vectorise there.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
-    let x = if x < -87.0 { -87.0 } else if x > 88.0 { 88.0 } else { x };
+    let x = if x < -87.0 {
+        -87.0
+    } else if x > 88.0 {
+        88.0
+    } else {
+        x
+    };
     // Round x / ln 2 to the integer n: adding 1.5 × 2^23 leaves no fraction bits, and leaves n
     // in the low bits of the sum (read as an integer, not converted: that vectorises).
     let shifted = x * std::f32::consts::LOG2_E + 12_582_912.0;
@@ -44,11 +50,25 @@ pub(crate) fn normal_cdf(x: f32) -> f32 {
     let z = x.abs() * std::f32::consts::FRAC_1_SQRT_2;
     let t = 1.0 / (1.0 + 0.5 * z);
     let mut p = 0.170_872_77_f32;
-    for c in [-0.822_152_23, 1.488_515_87, -1.135_203_98, 0.278_868_07, -0.186_288_06, 0.096_784_18, 0.374_091_96, 1.000_023_68, -1.265_512_23] {
+    for c in [
+        -0.822_152_23,
+        1.488_515_87,
+        -1.135_203_98,
+        0.278_868_07,
+        -0.186_288_06,
+        0.096_784_18,
+        0.374_091_96,
+        1.000_023_68,
+        -1.265_512_23,
+    ] {
         p = p * t + c;
     }
     let half_erfc = 0.5 * t * exp(p - z * z);
-    if x < 0.0 { half_erfc } else { 1.0 - half_erfc }
+    if x < 0.0 {
+        half_erfc
+    } else {
+        1.0 - half_erfc
+    }
 }
 
 /// The standard normal density φ(x) = e^(−x²/2) / √(2π).
@@ -131,7 +151,6 @@ mod tests {
         assert!(exp(f32::NAN).is_nan());
         assert!(exp(-1e4) > 0.0 && exp(1e4).is_finite(), "clamped, not 0 or ∞");
     }
-
 
     #[test]
     fn normal_cdf_and_pdf_match_f64() {

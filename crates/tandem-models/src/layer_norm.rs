@@ -76,7 +76,9 @@ impl Kernel for NormalizeRows<'_> {
     #[inline(always)]
     fn run(self) {
         let n = self.row as f32;
-        for ((x, out), inverse) in self.x.chunks_exact(self.row).zip(self.out.chunks_exact_mut(self.row)).zip(self.inverse.iter_mut()) {
+        for ((x, out), inverse) in
+            self.x.chunks_exact(self.row).zip(self.out.chunks_exact_mut(self.row)).zip(self.inverse.iter_mut())
+        {
             let mean = sum(x) / n;
             for (out, &x) in out.iter_mut().zip(x) {
                 *out = x - mean;
@@ -104,7 +106,9 @@ impl Kernel for NormalizeRowsBackward<'_> {
     #[inline(always)]
     fn run(self) {
         let n = self.row as f32;
-        for ((x, g), &inverse) in self.normalized.chunks_exact(self.row).zip(self.grad.chunks_exact_mut(self.row)).zip(self.inverse) {
+        for ((x, g), &inverse) in
+            self.normalized.chunks_exact(self.row).zip(self.grad.chunks_exact_mut(self.row)).zip(self.inverse)
+        {
             let (mean_g, mean_gx) = (sum(g) / n, dot(g, x) / n);
             for (g, &x) in g.iter_mut().zip(x) {
                 *g = (*g - mean_g - x * mean_gx) * inverse;

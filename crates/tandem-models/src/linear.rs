@@ -73,7 +73,11 @@ fn forward(x: TensorData, weight: TensorData, bias: Option<TensorData>) -> (Tens
 }
 
 /// Runs the forward pass on `I` and registers one autodiff node for it.
-fn tracked<I: Backend>(x: Tensor<Autodiff<I>, 2>, weight: Tensor<Autodiff<I>, 2>, bias: Option<Tensor<Autodiff<I>, 1>>) -> Tensor<Autodiff<I>, 2> {
+fn tracked<I: Backend>(
+    x: Tensor<Autodiff<I>, 2>,
+    weight: Tensor<Autodiff<I>, 2>,
+    bias: Option<Tensor<Autodiff<I>, 1>>,
+) -> Tensor<Autodiff<I>, 2> {
     let device = x.device();
     let [x, weight] = [x, weight].map(|t| t.into_primitive().tensor());
     let host = |t: FloatTensor<I>| host_f32(Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(t)));
@@ -82,7 +86,11 @@ fn tracked<I: Backend>(x: Tensor<Autodiff<I>, 2>, weight: Tensor<Autodiff<I>, 2>
         (Tensor::<I, 2>::from_data(out, &device).into_primitive().tensor(), record.then_some(saved))
     };
     let output = match bias {
-        Some(bias) => record_node(LinearBackward, [x, weight, bias.into_primitive().tensor()], |[x, weight, bias], record| run(x, weight, Some(bias), record)),
+        Some(bias) => {
+            record_node(LinearBackward, [x, weight, bias.into_primitive().tensor()], |[x, weight, bias], record| {
+                run(x, weight, Some(bias), record)
+            })
+        }
         None => record_node(LinearBackward, [x, weight], |[x, weight], record| run(x, weight, None, record)),
     };
     Tensor::from_primitive(TensorPrimitive::Float(output))
@@ -102,9 +110,12 @@ impl<I: Backend, const N: usize> Backward<I, N> for LinearBackward {
         let ([rows, d_in], d_out) = ([x.shape[0], x.shape[1]], weight.shape[1]);
         let grad_values = host_f32(grad);
         let grad = Matrix::rows(values(&grad_values), rows, d_out);
-        let tensor = |values: Vec<f32>, shape: [usize; 2]| Tensor::<I, 2>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();
+        let tensor = |values: Vec<f32>, shape: [usize; 2]| {
+            Tensor::<I, 2>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor()
+        };
         let mut parents = ops.parents.into_iter();
-        let (x_node, weight_node, bias_node) = (parents.next().flatten(), parents.next().flatten(), parents.next().flatten());
+        let (x_node, weight_node, bias_node) =
+            (parents.next().flatten(), parents.next().flatten(), parents.next().flatten());
         if let Some(node) = x_node {
             let d_x = host_product(grad, Matrix::rows(values(&weight), d_in, d_out).t());
             grads.register::<I>(node.id, tensor(d_x, [rows, d_in]));
@@ -121,7 +132,10 @@ impl<I: Backend, const N: usize> Backward<I, N> for LinearBackward {
                     *sum += g;
                 }
             }
-            grads.register::<I>(node.id, Tensor::<I, 1>::from_data(TensorData::new(d_bias, [d_out]), &device).into_primitive().tensor());
+            grads.register::<I>(
+                node.id,
+                Tensor::<I, 1>::from_data(TensorData::new(d_bias, [d_out]), &device).into_primitive().tensor(),
+            );
         }
     }
 }

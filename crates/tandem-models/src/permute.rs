@@ -77,11 +77,14 @@ mod tests {
         let device = Default::default();
         for axes in [[0, 2, 1, 3], [0, 2, 3, 1], [3, 1, 0, 2]] {
             let x = Tensor::<B, 4>::random([2, 3, 4, 5], Distribution::Normal(0.0, 1.0), &device).require_grad();
-            let weights = Tensor::<B, 4>::random(x.clone().permute(axes).dims(), Distribution::Normal(0.0, 1.0), &device);
+            let weights =
+                Tensor::<B, 4>::random(x.clone().permute(axes).dims(), Distribution::Normal(0.0, 1.0), &device);
             let ours = permute(x.clone(), axes);
             let burns = x.clone().permute(axes);
             assert_eq!(ours.clone().into_data(), burns.clone().into_data(), "{axes:?} forward");
-            let gradient = |y: Tensor<B, 4>| x.grad(&(y * weights.clone()).sum().backward()).expect("x requires a gradient").into_data();
+            let gradient = |y: Tensor<B, 4>| {
+                x.grad(&(y * weights.clone()).sum().backward()).expect("x requires a gradient").into_data()
+            };
             assert_eq!(gradient(ours), gradient(burns), "{axes:?} backward");
         }
     }

@@ -55,7 +55,13 @@ impl Cell {
 /// `x · W_x + b_x` of every step), with hidden weight `weight` (`[hidden, gates × hidden]`) and
 /// hidden bias `bias` (`[gates × hidden]`), from zero initial states; backwards in time when
 /// `reverse`. Returns the hidden state of every step, `[batch, seq, hidden]`.
-pub fn recurrence<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Tensor<B, 1>, reverse: bool) -> Tensor<B, 3> {
+pub fn recurrence<B: Backend>(
+    cell: Cell,
+    projected: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    reverse: bool,
+) -> Tensor<B, 3> {
     let [_, seq, width] = projected.dims();
     let [hidden, weight_width] = weight.dims();
     assert!(
@@ -68,7 +74,9 @@ pub fn recurrence<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tenso
     let inputs = Inputs { projected, weight, bias };
     match one_node::<B>() {
         Some(run) => run(cell, inputs, reverse),
-        None if on_cpu::<B>() => recurrence_host::forward(cell, inputs.projected, inputs.weight, inputs.bias, reverse, false).0,
+        None if on_cpu::<B>() => {
+            recurrence_host::forward(cell, inputs.projected, inputs.weight, inputs.bias, reverse, false).0
+        }
         None => forward(cell, inputs, reverse, false).0,
     }
 }
@@ -130,7 +138,11 @@ fn on_autodiff<B: Backend, I: Backend, const HOST: bool>(cell: Cell, inputs: Inp
 
 /// Runs the loop on `I` and registers one autodiff node for it.
 fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, how: Loop) -> Tensor<Autodiff<I>, 3> {
-    let parents = [inputs.projected.into_primitive().tensor(), inputs.weight.into_primitive().tensor(), inputs.bias.into_primitive().tensor()];
+    let parents = [
+        inputs.projected.into_primitive().tensor(),
+        inputs.weight.into_primitive().tensor(),
+        inputs.bias.into_primitive().tensor(),
+    ];
     let output = record_node(RecurrenceBackward, parents, |[projected, weight, bias], record| {
         let inner = Inputs::<I> {
             projected: Tensor::from_primitive(TensorPrimitive::Float(projected)),
@@ -139,7 +151,8 @@ fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, h
         };
         let (hidden, tape) = match how {
             Loop::Host => {
-                let (hidden, tape) = recurrence_host::forward(cell, inner.projected, inner.weight, inner.bias, reverse, record);
+                let (hidden, tape) =
+                    recurrence_host::forward(cell, inner.projected, inner.weight, inner.bias, reverse, record);
                 (hidden, tape.map(Taped::Host))
             }
             Loop::Tensors => {

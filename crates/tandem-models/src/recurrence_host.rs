@@ -11,10 +11,10 @@ use std::cell::RefCell;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
-use crate::recurrence::{order, Cell};
 use crate::dispatch::{host_f32, values};
 use crate::host_gemm::{host_matmul, host_product, transposed, Matrix};
 use crate::host_math::{sigmoid, tanh};
+use crate::recurrence::{order, Cell};
 use crate::wide::{self, Kernel};
 
 /// `out = f(recurrent + bias + input)`, element by element.
@@ -138,7 +138,14 @@ pub(crate) struct HostTape<B: Backend> {
 /// The loop over `projected` (`[batch, seq, gates × hidden]`) with hidden weight `weight` and
 /// hidden bias `bias`: the hidden state of every step, `[batch, seq, hidden]`, and, with
 /// `record`, the tape.
-pub(crate) fn forward<B: Backend>(cell: Cell, projected: Tensor<B, 3>, weight: Tensor<B, 2>, bias: Tensor<B, 1>, reverse: bool, record: bool) -> (Tensor<B, 3>, Option<HostTape<B>>) {
+pub(crate) fn forward<B: Backend>(
+    cell: Cell,
+    projected: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    reverse: bool,
+    record: bool,
+) -> (Tensor<B, 3>, Option<HostTape<B>>) {
     wide::run(ForwardLoop { cell, projected, weight, bias, reverse, record })
 }
 
@@ -182,7 +189,12 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
         let mut recurrent = vec![0f32; batch * width]; // zero at the first step, where h is
         for (s, t) in order(seq, reverse).into_iter().enumerate() {
             if s > 0 {
-                host_matmul(&mut recurrent, Matrix::rows(&h, batch, hidden), Matrix::rows(values(&weight), hidden, width), false);
+                host_matmul(
+                    &mut recurrent,
+                    Matrix::rows(&h, batch, hidden),
+                    Matrix::rows(values(&weight), hidden, width),
+                    false,
+                );
             }
             let step_gates = &mut gates[if record { s * gates_len } else { 0 }..][..gates_len];
             let (cells_before, step_cells) = match s {
@@ -199,13 +211,25 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
                 let row = &mut step_gates[b * 4 * hidden..][..4 * hidden];
                 match cell {
                     Cell::Lstm => {
-                        activate(&mut row[..3 * hidden], &r[..3 * hidden], &bias[..3 * hidden], &x[..3 * hidden], sigmoid);
+                        activate(
+                            &mut row[..3 * hidden],
+                            &r[..3 * hidden],
+                            &bias[..3 * hidden],
+                            &x[..3 * hidden],
+                            sigmoid,
+                        );
                         activate(&mut row[3 * hidden..], &r[3 * hidden..], &bias[3 * hidden..], &x[3 * hidden..], tanh);
                         let (c, c_tanh) = step_cells[b * 2 * hidden..][..2 * hidden].split_at_mut(hidden);
                         lstm_cell(row, &cells_before[b * 2 * hidden..][..hidden], c, c_tanh, h);
                     }
                     Cell::Gru => {
-                        activate(&mut row[..2 * hidden], &r[..2 * hidden], &bias[..2 * hidden], &x[..2 * hidden], sigmoid);
+                        activate(
+                            &mut row[..2 * hidden],
+                            &r[..2 * hidden],
+                            &bias[..2 * hidden],
+                            &x[..2 * hidden],
+                            sigmoid,
+                        );
                         gru_cell(row, &r[2 * hidden..], &bias[2 * hidden..], &x[2 * hidden..], h);
                     }
                 }
@@ -213,7 +237,19 @@ impl<B: Backend> Kernel for ForwardLoop<B> {
             }
         }
         let output = Tensor::from_data(TensorData::new(output, [batch, seq, hidden]), &device);
-        (output, record.then(|| HostTape { device, cell, reverse, dims: [batch, seq, hidden], weight, previous, gates, cells }))
+        (
+            output,
+            record.then(|| HostTape {
+                device,
+                cell,
+                reverse,
+                dims: [batch, seq, hidden],
+                weight,
+                previous,
+                gates,
+                cells,
+            }),
+        )
     }
 }
 
@@ -236,7 +272,8 @@ fn tape_buffer(len: usize) -> Vec<f32> {
     let spare = SPARE_BUFFERS.with(|spares| {
         let mut spares = spares.borrow_mut();
         // The smallest that is large enough, so that a large one stays for a large request.
-        let (at, _) = spares.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity())?;
+        let (at, _) =
+            spares.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity())?;
         Some(spares.swap_remove(at))
     });
     let mut buffer = spare.unwrap_or_default();
@@ -304,7 +341,7 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
         let mut dh = vec![0f32; batch * hidden]; // from the next step to run, through `h · W_h`
         let mut dc = vec![0f32; batch * hidden]; // LSTM: from the next step, through `f · c`
         let no_cell = vec![0f32; hidden]; // the cell state before the first step
-        // W_hᵀ as rows, `[width, hidden]`: gemm copies ("packs") it at every step, faster from rows.
+                                          // W_hᵀ as rows, `[width, hidden]`: gemm copies ("packs") it at every step, faster from rows.
         let weight_t = transposed(values(&tape.weight), hidden, width);
         let times = order(seq, tape.reverse);
         for s in (0..seq).rev() {
@@ -320,7 +357,8 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
                 let d_proj = &mut d_projected[row..][..width];
                 let d_rec: &[f32] = match tape.cell {
                     Cell::Lstm => {
-                        let c_prev = if s == 0 { &no_cell[..] } else { &tape.cells[(at - batch) * 2 * hidden..][..hidden] };
+                        let c_prev =
+                            if s == 0 { &no_cell[..] } else { &tape.cells[(at - batch) * 2 * hidden..][..hidden] };
                         let c_tanh = &tape.cells[at * 2 * hidden + hidden..][..hidden];
                         lstm_cell_backward(g, c_prev, c_tanh, dh, &mut dc[b * hidden..][..hidden], d_proj);
                         dh.fill(0.0);
@@ -347,7 +385,10 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
         }
         // d W_h = Σ h_prevᵀ · d_rec over every step's rows, one matmul.
         let d_rec = if tape.cell == Cell::Lstm { &d_projected } else { &d_recurrent };
-        let d_weight = host_product(Matrix::rows(&tape.previous, batch * seq, hidden).t(), Matrix::rows(d_rec, batch * seq, width));
+        let d_weight = host_product(
+            Matrix::rows(&tape.previous, batch * seq, hidden).t(),
+            Matrix::rows(d_rec, batch * seq, width),
+        );
         spare([tape.gates, tape.cells, tape.previous, d_recurrent]);
         (
             Tensor::from_data(TensorData::new(d_projected, [batch, seq, width]), &device),
@@ -379,15 +420,22 @@ mod tests {
             let weight = random([1, hidden, width]).reshape([hidden, width]);
             let bias = random([1, 1, width]).reshape([width]);
             let grad = random([batch, seq, hidden]);
-            let bits = |t: Tensor<NdArray, 3>| t.into_data().to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            let bits = |t: Tensor<NdArray, 3>| {
+                t.into_data().to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>()
+            };
             let (wide_out, wide_tape) = forward(cell, projected.clone(), weight.clone(), bias.clone(), true, true);
-            let (plain_out, plain_tape) = ForwardLoop { cell, projected, weight, bias, reverse: true, record: true }.run();
+            let (plain_out, plain_tape) =
+                ForwardLoop { cell, projected, weight, bias, reverse: true, record: true }.run();
             assert_eq!(bits(wide_out), bits(plain_out), "{cell:?} forward");
             let wide = wide_tape.unwrap().backward(grad.clone());
             let plain = BackwardThroughTime { tape: plain_tape.unwrap(), grad }.run();
             assert_eq!(bits(wide.0), bits(plain.0), "{cell:?} input gradient");
             assert_eq!(bits(wide.1.unsqueeze()), bits(plain.1.unsqueeze()), "{cell:?} weight gradient");
-            assert_eq!(bits(wide.2.unsqueeze::<2>().unsqueeze()), bits(plain.2.unsqueeze::<2>().unsqueeze()), "{cell:?} bias gradient");
+            assert_eq!(
+                bits(wide.2.unsqueeze::<2>().unsqueeze()),
+                bits(plain.2.unsqueeze::<2>().unsqueeze()),
+                "{cell:?} bias gradient"
+            );
         }
     }
 }

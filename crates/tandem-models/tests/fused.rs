@@ -22,11 +22,42 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// Each fusable shape, built stock (`fused = false`).
 fn stock_configs() -> Vec<ModelConfig> {
-    let recurrent = |layers, bidirectional| RecurrentConfig { embedding_dim: 8, hidden: 6, layers, bidirectional, dropout: 0.0, fused: false, ..Default::default() };
-    let transformer = |norm_first| TransformerConfig { d_model: 8, heads: 2, layers: 2, d_ff: 12, embedding_dropout: 0.0, dropout: 0.0, norm_first, fused: false };
+    let recurrent = |layers, bidirectional| RecurrentConfig {
+        embedding_dim: 8,
+        hidden: 6,
+        layers,
+        bidirectional,
+        dropout: 0.0,
+        fused: false,
+        ..Default::default()
+    };
+    let transformer = |norm_first| TransformerConfig {
+        d_model: 8,
+        heads: 2,
+        layers: 2,
+        d_ff: 12,
+        embedding_dropout: 0.0,
+        dropout: 0.0,
+        norm_first,
+        fused: false,
+    };
     vec![
-        ModelConfig::Cnn(CnnConfig { embedding_dim: 8, filters: 5, kernel_widths: vec![2, 3, 5], dropout: 0.0, fused: false, ..Default::default() }),
-        ModelConfig::Cnn(CnnConfig { embedding_dim: 8, filters: 4, kernel_widths: vec![3], dropout: 0.0, fused: false, ..Default::default() }),
+        ModelConfig::Cnn(CnnConfig {
+            embedding_dim: 8,
+            filters: 5,
+            kernel_widths: vec![2, 3, 5],
+            dropout: 0.0,
+            fused: false,
+            ..Default::default()
+        }),
+        ModelConfig::Cnn(CnnConfig {
+            embedding_dim: 8,
+            filters: 4,
+            kernel_widths: vec![3],
+            dropout: 0.0,
+            fused: false,
+            ..Default::default()
+        }),
         ModelConfig::Lstm(recurrent(2, false)),
         ModelConfig::Lstm(recurrent(1, true)),
         ModelConfig::Gru(recurrent(2, false)),
@@ -47,7 +78,10 @@ fn batch<B: Backend>() -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
             pad.push(pos >= len);
         }
     }
-    (Tensor::from_data(TensorData::new(ids, [3, INPUT.max_len]), &device), Tensor::from_data(TensorData::new(pad, [3, INPUT.max_len]), &device))
+    (
+        Tensor::from_data(TensorData::new(ids, [3, INPUT.max_len]), &device),
+        Tensor::from_data(TensorData::new(pad, [3, INPUT.max_len]), &device),
+    )
 }
 
 /// Every parameter's gradient, in visiting order.
@@ -64,7 +98,10 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for CollectGradients<'_, B> {
 fn logits_and_gradients<B: AutodiffBackend>(model: &Classifier<B>) -> (Vec<f32>, Vec<Vec<f32>>) {
     let (tokens, mask) = batch();
     let logits = model.forward(tokens, &mask);
-    let weights = Tensor::<B, 2>::from_data(TensorData::new((0..12).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(), [3, 4]), &Default::default());
+    let weights = Tensor::<B, 2>::from_data(
+        TensorData::new((0..12).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(), [3, 4]),
+        &Default::default(),
+    );
     let grads = (logits.clone() * weights).sum().backward();
     let mut collect = CollectGradients(&grads, Vec::new());
     model.visit(&mut collect);
@@ -93,7 +130,12 @@ fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
     assert_eq!(tandem_models::conv_max::has_own_backward::<B>(), one_node, "{}", std::any::type_name::<B>());
     assert_eq!(tandem_models::softmax::has_own_backward::<B>(), one_node, "{}", std::any::type_name::<B>());
     let flex = std::any::TypeId::of::<B>() == std::any::TypeId::of::<Autodiff<Flex>>();
-    assert_eq!(tandem_models::gelu::has_own_backward::<B>(), flex, "{}: GELU's own node is Flex's only", std::any::type_name::<B>());
+    assert_eq!(
+        tandem_models::gelu::has_own_backward::<B>(),
+        flex,
+        "{}: GELU's own node is Flex's only",
+        std::any::type_name::<B>()
+    );
     let device = Default::default();
     for stock_config in stock_configs() {
         let stock: Classifier<B> = stock_config.init(&INPUT, &device);
@@ -106,7 +148,10 @@ fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
         assert_close(&format!("{name} logits"), &stock_logits, &fused_logits);
         assert_eq!(stock_grads.len(), fused_grads.len());
         for (i, (s, f)) in stock_grads.iter().zip(&fused_grads).enumerate() {
-            assert!(s.iter().any(|v| *v != 0.0), "{name}: parameter {i} has a zero gradient, the test would prove nothing");
+            assert!(
+                s.iter().any(|v| *v != 0.0),
+                "{name}: parameter {i} has a zero gradient, the test would prove nothing"
+            );
             assert_close(&format!("{name} gradient of parameter {i}"), s, f);
         }
     }
@@ -133,7 +178,16 @@ fn the_fused_encoder_layer_draws_its_dropouts_as_the_stock_layer_does() {
     let _serial = serial();
     let device = Default::default();
     for norm_first in [true, false] {
-        let config = ModelConfig::Transformer(TransformerConfig { d_model: 8, heads: 2, layers: 2, d_ff: 12, embedding_dropout: 0.0, dropout: 0.3, norm_first, fused: false });
+        let config = ModelConfig::Transformer(TransformerConfig {
+            d_model: 8,
+            heads: 2,
+            layers: 2,
+            d_ff: 12,
+            embedding_dropout: 0.0,
+            dropout: 0.3,
+            norm_first,
+            fused: false,
+        });
         let stock: Classifier<B> = config.init(&INPUT, &device);
         let fused: Classifier<B> = config.with_fused(true).init(&INPUT, &device).with_parameters_of(&stock);
         let logits = |model: &Classifier<B>| {
@@ -143,6 +197,10 @@ fn the_fused_encoder_layer_draws_its_dropouts_as_the_stock_layer_does() {
         };
         let stock_logits = logits(&stock);
         assert_close(&format!("norm_first = {norm_first}: logits with dropout"), &stock_logits, &logits(&fused));
-        assert_ne!(stock_logits, inference_logits(&stock), "dropout should change the logits, or the test proves nothing");
+        assert_ne!(
+            stock_logits,
+            inference_logits(&stock),
+            "dropout should change the logits, or the test proves nothing"
+        );
     }
 }

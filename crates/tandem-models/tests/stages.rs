@@ -2,7 +2,7 @@
 
 use burn::backend::NdArray;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use tandem_models::{Activation, CnnConfig, Classifier, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_models::{Activation, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
 type B = NdArray;
 
@@ -10,9 +10,20 @@ const INPUT: InputSpec = InputSpec { vocab_size: 50, max_len: 12, num_classes: 4
 
 fn small_configs() -> Vec<ModelConfig> {
     vec![
-        ModelConfig::Cnn(CnnConfig { embedding_dim: 8, filters: 5, kernel_widths: vec![2, 3, 5], ..Default::default() }),
+        ModelConfig::Cnn(CnnConfig {
+            embedding_dim: 8,
+            filters: 5,
+            kernel_widths: vec![2, 3, 5],
+            ..Default::default()
+        }),
         ModelConfig::Lstm(RecurrentConfig { embedding_dim: 8, hidden: 6, layers: 2, ..Default::default() }),
-        ModelConfig::Gru(RecurrentConfig { embedding_dim: 8, hidden: 6, layers: 2, bidirectional: true, ..Default::default() }),
+        ModelConfig::Gru(RecurrentConfig {
+            embedding_dim: 8,
+            hidden: 6,
+            layers: 2,
+            bidirectional: true,
+            ..Default::default()
+        }),
         ModelConfig::Transformer(TransformerConfig { d_model: 8, heads: 2, layers: 2, d_ff: 16, ..Default::default() }),
     ]
 }
@@ -38,9 +49,7 @@ fn batch() -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
 
 /// Every strictly increasing subset of `1..n` (all legal cuts, including no cut).
 fn all_cuts(n: usize) -> Vec<Vec<usize>> {
-    (0u32..1 << (n - 1))
-        .map(|bits| (1..n).filter(|c| bits & (1 << (c - 1)) != 0).collect())
-        .collect()
+    (0u32..1 << (n - 1)).map(|bits| (1..n).filter(|c| bits & (1 << (c - 1)) != 0).collect()).collect()
 }
 
 #[test]

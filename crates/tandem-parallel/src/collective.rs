@@ -57,7 +57,13 @@ impl AllReduceKind {
                 let children = [2 * rank + 1, 2 * rank + 2].iter().filter(|&&c| c < peers).count() as u64;
                 (children + u64::from(rank != 0)) * bytes
             }
-            Self::Centralized => if rank == 0 { (peers as u64 - 1) * bytes } else { bytes },
+            Self::Centralized => {
+                if rank == 0 {
+                    (peers as u64 - 1) * bytes
+                } else {
+                    bytes
+                }
+            }
         }
     }
 }
@@ -75,9 +81,15 @@ impl GroupLock {
 }
 
 /// Joins the group of `peers` replicas as peer `rank`; blocks until every peer has joined.
-pub(crate) fn join<B: Backend>(rank: usize, peers: usize, kind: AllReduceKind, device: &B::Device) -> Result<(), String> {
+pub(crate) fn join<B: Backend>(
+    rank: usize,
+    peers: usize,
+    kind: AllReduceKind,
+    device: &B::Device,
+) -> Result<(), String> {
     let config = CollectiveConfig::default().with_num_devices(peers).with_local_all_reduce_strategy(kind.strategy());
-    collective::register::<B>(peer(rank), device.clone(), config).map_err(|e| format!("cannot join the all-reduce group: {e:?}"))
+    collective::register::<B>(peer(rank), device.clone(), config)
+        .map_err(|e| format!("cannot join the all-reduce group: {e:?}"))
 }
 
 /// Leaves the group.
@@ -86,7 +98,10 @@ pub(crate) fn leave<B: Backend>(rank: usize) -> Result<(), String> {
 }
 
 /// Sums `tensor` over all peers; every peer gets the same result.
-pub(crate) fn all_reduce_sum<B: Backend, const D: usize>(rank: usize, tensor: Tensor<B, D>) -> Result<Tensor<B, D>, String> {
+pub(crate) fn all_reduce_sum<B: Backend, const D: usize>(
+    rank: usize,
+    tensor: Tensor<B, D>,
+) -> Result<Tensor<B, D>, String> {
     let primitive = tensor.into_primitive().tensor();
     let summed = collective::all_reduce::<B>(peer(rank), primitive, ReduceOperation::Sum)
         .map_err(|e| format!("all-reduce aborted: {e:?}"))?;

@@ -40,7 +40,13 @@ pub struct DataParallelConfig {
 
 impl Default for DataParallelConfig {
     fn default() -> Self {
-        Self { replicas: 2, all_reduce: AllReduceKind::Tree, bucket_mb: 25.0, sparse_embedding: true, timeout_seconds: 600.0 }
+        Self {
+            replicas: 2,
+            all_reduce: AllReduceKind::Tree,
+            bucket_mb: 25.0,
+            sparse_embedding: true,
+            timeout_seconds: 600.0,
+        }
     }
 }
 
@@ -94,8 +100,14 @@ struct Group {
 /// What a replica reports to the coordinator.
 enum Report {
     /// Finished one global batch (replica 0 also reports its size for progress).
-    Step { rank: usize, samples: usize },
-    Done { rank: usize, result: Result<ReplicaEpoch, String> },
+    Step {
+        rank: usize,
+        samples: usize,
+    },
+    Done {
+        rank: usize,
+        result: Result<ReplicaEpoch, String>,
+    },
 }
 
 /// One replica's epoch figures.
@@ -128,10 +140,20 @@ pub struct DataParallel<B: AutodiffBackend> {
 impl<B: AutodiffBackend> DataParallel<B> {
     /// Replicates `model` onto `devices` (one per replica). Every replica computes with
     /// `train.threads` threads of its own.
-    pub fn new(model: Classifier<B>, train: &TrainConfig, config: &DataParallelConfig, devices: Vec<B::Device>) -> Result<Self, String> {
+    pub fn new(
+        model: Classifier<B>,
+        train: &TrainConfig,
+        config: &DataParallelConfig,
+        devices: Vec<B::Device>,
+    ) -> Result<Self, String> {
         config.validate()?;
         if devices.len() != config.replicas {
-            return Err(format!("{} replicas need {} devices, got {}", config.replicas, config.replicas, devices.len()));
+            return Err(format!(
+                "{} replicas need {} devices, got {}",
+                config.replicas,
+                config.replicas,
+                devices.len()
+            ));
         }
         let replicas = devices
             .into_iter()
@@ -139,14 +161,30 @@ impl<B: AutodiffBackend> DataParallel<B> {
             .map(|(rank, device)| Replica {
                 rank,
                 shard: rank,
-                exchange: GradientExchange::new(&model, rank, config.replicas, config.all_reduce, config.bucket_bytes(), config.sparse_embedding),
+                exchange: GradientExchange::new(
+                    &model,
+                    rank,
+                    config.replicas,
+                    config.all_reduce,
+                    config.bucket_bytes(),
+                    config.sparse_embedding,
+                ),
                 model: Some(model.clone().fork(&device)),
                 optimizer: AnyOptimizer::for_model(train, &model),
                 device,
             })
             .collect();
         let pools = thread_pools(config.replicas, train.threads, "replica")?;
-        Ok(Self { replicas, pools, config: config.clone(), train: train.clone(), snapshot: model, shards: config.replicas, ranks: 1, totals: None })
+        Ok(Self {
+            replicas,
+            pools,
+            config: config.clone(),
+            train: train.clone(),
+            snapshot: model,
+            shards: config.replicas,
+            ranks: 1,
+            totals: None,
+        })
     }
 
     /// Spreads training over the ranks of a multi-process job, each running these replicas:
@@ -158,7 +196,8 @@ impl<B: AutodiffBackend> DataParallel<B> {
         check_same_parameters(ranks, &self.snapshot)?;
         let local = self.replicas.len();
         let timeout = cross_rank_timeout(Duration::from_secs_f64(self.config.timeout_seconds));
-        let mut links = ranks.links(local + 1)?.into_iter().map(|link| CrossRank { link, ranks: ranks.size(), timeout });
+        let mut links =
+            ranks.links(local + 1)?.into_iter().map(|link| CrossRank { link, ranks: ranks.size(), timeout });
         for (replica, link) in self.replicas.iter_mut().zip(links.by_ref()) {
             replica.shard = ranks.rank() * local + replica.rank;
             replica.exchange.set_cross_rank(link);
@@ -182,7 +221,14 @@ impl<B: AutodiffBackend> DataParallel<B> {
 
 impl<B: AutodiffBackend> Replica<B> {
     /// Joins the all-reduce group, trains on this replica's shard of every global batch, leaves.
-    fn run_epoch(&mut self, plan: &EpochPlan, train: &TrainConfig, group: Group, reports: &Sender<Report>, stop: &AtomicBool) -> Result<ReplicaEpoch, String> {
+    fn run_epoch(
+        &mut self,
+        plan: &EpochPlan,
+        train: &TrainConfig,
+        group: Group,
+        reports: &Sender<Report>,
+        stop: &AtomicBool,
+    ) -> Result<ReplicaEpoch, String> {
         collective::join::<B::InnerBackend>(self.rank, group.peers, group.kind, &self.device)?;
         let result = self.steps(plan, train, group.shards, reports, stop);
         let left = collective::leave::<B::InnerBackend>(self.rank);
@@ -190,7 +236,14 @@ impl<B: AutodiffBackend> Replica<B> {
         left.map(|()| epoch)
     }
 
-    fn steps(&mut self, plan: &EpochPlan, train: &TrainConfig, shards: usize, reports: &Sender<Report>, stop: &AtomicBool) -> Result<ReplicaEpoch, String> {
+    fn steps(
+        &mut self,
+        plan: &EpochPlan,
+        train: &TrainConfig,
+        shards: usize,
+        reports: &Sender<Report>,
+        stop: &AtomicBool,
+    ) -> Result<ReplicaEpoch, String> {
         let mut epoch = ReplicaEpoch::default();
         for (i, indices) in plan.batches.iter().enumerate() {
             if stop.load(Ordering::SeqCst) {
@@ -250,8 +303,10 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
                 let (tx, stop) = (tx.clone(), &stop);
                 scope.spawn(move || {
                     let rank = replica.rank;
-                    let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| replica.run_epoch(plan, train, group, &tx, stop))))
-                        .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
+                    let result = catch_unwind(AssertUnwindSafe(|| {
+                        pool.install(|| replica.run_epoch(plan, train, group, &tx, stop))
+                    }))
+                    .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
                     let _ = tx.send(Report::Done { rank, result });
                 });
             }
@@ -280,7 +335,13 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
 /// Waits for the replicas' reports, forwarding progress. On the first failure (or when no
 /// replica reports for `timeout_seconds`) it stops the others and aborts the collective so
 /// that none stays blocked, and returns the error naming the replica.
-fn coordinate<B: AutodiffBackend>(config: &DataParallelConfig, n: usize, reports: mpsc::Receiver<Report>, plan: &EpochPlan, stop: &AtomicBool) -> Result<Vec<ReplicaEpoch>, String> {
+fn coordinate<B: AutodiffBackend>(
+    config: &DataParallelConfig,
+    n: usize,
+    reports: mpsc::Receiver<Report>,
+    plan: &EpochPlan,
+    stop: &AtomicBool,
+) -> Result<Vec<ReplicaEpoch>, String> {
     let timeout = Duration::from_secs_f64(config.timeout_seconds);
     let mut done: Vec<Option<ReplicaEpoch>> = (0..n).map(|_| None).collect();
     let mut steps = vec![0usize; n];
@@ -305,7 +366,10 @@ fn coordinate<B: AutodiffBackend>(config: &DataParallelConfig, n: usize, reports
                 finished += 1;
                 match result {
                     Ok(epoch) => done[rank] = Some(epoch),
-                    Err(e) => fail(format!("replica {rank} failed at step {} of epoch {}: {e}", steps[rank] + 1, plan.epoch + 1), &mut failure),
+                    Err(e) => fail(
+                        format!("replica {rank} failed at step {} of epoch {}: {e}", steps[rank] + 1, plan.epoch + 1),
+                        &mut failure,
+                    ),
                 }
             }
             // Replicas blocked in an all-reduce return once the collective is aborted; if they
@@ -314,14 +378,23 @@ fn coordinate<B: AutodiffBackend>(config: &DataParallelConfig, n: usize, reports
             Err(RecvTimeoutError::Timeout) => {
                 let behind = steps.iter().copied().min().unwrap_or(0);
                 let laggards: Vec<usize> = (0..n).filter(|&r| done[r].is_none() && steps[r] == behind).collect();
-                fail(format!("replica(s) {laggards:?} made no progress for {} s (stuck at step {})", timeout.as_secs_f64(), behind + 1), &mut failure);
+                fail(
+                    format!(
+                        "replica(s) {laggards:?} made no progress for {} s (stuck at step {})",
+                        timeout.as_secs_f64(),
+                        behind + 1
+                    ),
+                    &mut failure,
+                );
             }
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
     match failure {
         Some(message) => Err(message),
-        None => done.into_iter().enumerate().map(|(r, d)| d.ok_or(format!("replica {r} exited without a report"))).collect(),
+        None => {
+            done.into_iter().enumerate().map(|(r, d)| d.ok_or(format!("replica {r} exited without a report"))).collect()
+        }
     }
 }
 
@@ -333,7 +406,8 @@ impl<B: AutodiffBackend> DataParallel<B> {
         let correct: usize = epochs.iter().map(|e| e.correct).sum();
         let loss = epochs.iter().map(|e| e.loss_sum).sum::<f64>() / samples.max(1) as f64;
         let steps = epochs.first().map_or(0, |e| e.comm.steps) as usize;
-        let per_step = |f: fn(&CommStats) -> u64| epochs.iter().map(|e| f(&e.comm) as f64).sum::<f64>() / n / steps.max(1) as f64;
+        let per_step =
+            |f: fn(&CommStats) -> u64| epochs.iter().map(|e| f(&e.comm) as f64).sum::<f64>() / n / steps.max(1) as f64;
         let all_reduce_seconds = epochs.iter().map(|e| e.comm.seconds).sum::<f64>() / n;
         let cross_rank_seconds = epochs.iter().map(|e| e.comm.cross_rank_seconds).sum::<f64>() / n;
         let step_seconds = epochs.iter().map(|e| e.step_seconds).sum::<f64>() / n;

@@ -150,13 +150,25 @@ impl GradientExchange {
         device: &B::Device,
     ) -> Result<(GradientsParams, CommStats), String> {
         let sparse_id = self.sparse.map(|i| self.slots[i].id);
-        let rows_tensor = (sparse_id.is_some() && !rows.is_empty())
-            .then(|| Tensor::<B::InnerBackend, 1, Int>::from_data(TensorData::new(rows.to_vec(), [rows.len()]), device));
-        let mut flatten = Flatten::<B> { grads: local, sparse_id, rows: rows_tensor.clone(), flats: Vec::new(), sparse: None, device };
+        let rows_tensor = (sparse_id.is_some() && !rows.is_empty()).then(|| {
+            Tensor::<B::InnerBackend, 1, Int>::from_data(TensorData::new(rows.to_vec(), [rows.len()]), device)
+        });
+        let mut flatten = Flatten::<B> {
+            grads: local,
+            sparse_id,
+            rows: rows_tensor.clone(),
+            flats: Vec::new(),
+            sparse: None,
+            device,
+        };
         model.visit(&mut flatten);
 
         let mut stats = CommStats { steps: 1, ..Default::default() };
-        stats.dense_bytes = self.kind.bytes_per_peer(4 * self.slots.iter().map(Slot::numel).sum::<usize>() as u64, self.rank, self.peers);
+        stats.dense_bytes = self.kind.bytes_per_peer(
+            4 * self.slots.iter().map(Slot::numel).sum::<usize>() as u64,
+            self.rank,
+            self.peers,
+        );
         let mut reduced = Vec::with_capacity(flatten.flats.len());
         let mut flats = flatten.flats.into_iter();
         for bucket in self.buckets.clone() {
@@ -173,7 +185,14 @@ impl GradientExchange {
             Some(touched) => Some(self.all_reduce(touched.mul_scalar(weight), &mut stats)?),
             None => None,
         };
-        let mut unflatten = Unflatten::<B, _> { grads: GradientsParams::new(), flats: reduced.into_iter(), sparse_id, rows: rows_tensor, sparse, device };
+        let mut unflatten = Unflatten::<B, _> {
+            grads: GradientsParams::new(),
+            flats: reduced.into_iter(),
+            sparse_id,
+            rows: rows_tensor,
+            sparse,
+            device,
+        };
         model.visit(&mut unflatten);
         Ok((unflatten.grads, stats))
     }
@@ -207,7 +226,11 @@ fn reduce_across_ranks<B: burn::tensor::backend::Backend, const D: usize>(
     stats: &mut CommStats,
 ) -> Result<Tensor<B, D>, String> {
     let (device, shape) = (tensor.device(), tensor.shape());
-    let mut values = tensor.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| format!("cannot read a gradient bucket: {e:?}"))?;
+    let mut values = tensor
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| format!("cannot read a gradient bucket: {e:?}"))?;
     let started = Instant::now();
     cross.link.all_reduce_sum(&mut values, cross.timeout)?;
     stats.cross_rank_seconds += started.elapsed().as_secs_f64();

@@ -29,10 +29,10 @@ pub use collective::AllReduceKind;
 pub use data_parallel::{DataParallel, DataParallelConfig};
 pub use exchange::{CommStats, GradientExchange};
 pub use link::{Interconnect, Preset};
+pub use model_parallel::{balanced_cuts, profile_blocks, Balance, ModelParallel, ModelParallelConfig, StepPolicy};
 #[cfg(feature = "mpi")]
 pub use mpi_ranks::MpiRanks;
 pub use ranks::{fingerprint, launched_by_mpi, launched_job_size, RankLink, Ranks};
-pub use model_parallel::{balanced_cuts, profile_blocks, Balance, ModelParallel, ModelParallelConfig, StepPolicy};
 pub use schedule::{theoretical_bubble, Action, Schedule};
 pub use shard::shard_ranges;
 pub use stage::{wire_bytes, Stage, Wire};

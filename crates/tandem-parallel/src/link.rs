@@ -72,7 +72,9 @@ impl Interconnect {
                 return Err(format!("`interconnect.latency_us` must be between 0 and 1e9 (1,000 s), got {latency_us}"));
             }
             if !(1e-6..=1e6).contains(&bandwidth_gb_s) {
-                return Err(format!("`interconnect.bandwidth_gb_s` must be between 1e-6 (1 kB/s) and 1e6, got {bandwidth_gb_s}"));
+                return Err(format!(
+                    "`interconnect.bandwidth_gb_s` must be between 1e-6 (1 kB/s) and 1e6, got {bandwidth_gb_s}"
+                ));
             }
         }
         Ok(())
@@ -130,7 +132,12 @@ pub struct LinkReceiver<T> {
 pub fn link<T>(interconnect: Interconnect) -> (LinkSender<T>, LinkReceiver<T>) {
     let (tx, rx) = mpsc::channel();
     let traffic = Arc::new(Mutex::new(Traffic::default()));
-    let sender = LinkSender { channel: tx, interconnect: interconnect.figures(), wire_free: Instant::now(), traffic: traffic.clone() };
+    let sender = LinkSender {
+        channel: tx,
+        interconnect: interconnect.figures(),
+        wire_free: Instant::now(),
+        traffic: traffic.clone(),
+    };
     (sender, LinkReceiver { channel: rx, traffic })
 }
 
@@ -183,7 +190,9 @@ impl std::fmt::Display for RecvError {
             Self::Stopped => write!(f, "stopped"),
             Self::Disconnected => write!(f, "the sending stage has stopped"),
             Self::Timeout(t) => write!(f, "no message for {} s", t.as_secs_f64()),
-            Self::Undelivered(t) => write!(f, "a message took over {} s on the simulated interconnect", t.as_secs_f64()),
+            Self::Undelivered(t) => {
+                write!(f, "a message took over {} s on the simulated interconnect", t.as_secs_f64())
+            }
         }
     }
 }
@@ -254,7 +263,10 @@ mod tests {
     fn a_silent_or_vanished_sender_is_an_error_not_a_hang() {
         let (tx, rx) = link::<u32>(Interconnect::default());
         let stop = AtomicBool::new(false);
-        assert_eq!(rx.recv(Duration::from_millis(50), &stop).unwrap_err(), RecvError::Timeout(Duration::from_millis(50)));
+        assert_eq!(
+            rx.recv(Duration::from_millis(50), &stop).unwrap_err(),
+            RecvError::Timeout(Duration::from_millis(50))
+        );
         stop.store(true, Ordering::SeqCst);
         assert_eq!(rx.recv(Duration::from_secs(60), &stop).unwrap_err(), RecvError::Stopped);
         drop(tx);
@@ -267,7 +279,10 @@ mod tests {
         let (mut tx, rx) = link::<u32>(Interconnect::Custom { latency_us: 0.0, bandwidth_gb_s: 1e-6 });
         tx.send(1, 1_000_000).unwrap();
         let started = Instant::now();
-        assert_eq!(rx.recv(Duration::from_millis(100), &AtomicBool::new(false)).unwrap_err(), RecvError::Undelivered(Duration::from_millis(100)));
+        assert_eq!(
+            rx.recv(Duration::from_millis(100), &AtomicBool::new(false)).unwrap_err(),
+            RecvError::Undelivered(Duration::from_millis(100))
+        );
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

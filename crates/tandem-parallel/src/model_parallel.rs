@@ -116,7 +116,9 @@ impl ModelParallelConfig {
     pub fn label(&self) -> String {
         let mut label = format!("model-parallel-{}s", self.stages);
         match (&self.cuts, self.balance) {
-            (Some(cuts), _) => label += &format!("-cuts{}", cuts.iter().map(usize::to_string).collect::<Vec<_>>().join("-")),
+            (Some(cuts), _) => {
+                label += &format!("-cuts{}", cuts.iter().map(usize::to_string).collect::<Vec<_>>().join("-"))
+            }
             (None, Balance::Params) => label += "-params",
             (None, Balance::Time) => {}
         }
@@ -134,7 +136,14 @@ impl ModelParallelConfig {
 /// Cut points that split blocks of the given costs into `stages` contiguous stages whose
 /// largest total cost is as small as possible (the pipeline runs at the pace of its slowest stage).
 pub fn balanced_cuts(costs: &[f64], stages: usize) -> Vec<usize> {
-    fn search(costs: &[f64], start: usize, stages: usize, cuts: &mut Vec<usize>, best: &mut (f64, Vec<usize>), worst: f64) {
+    fn search(
+        costs: &[f64],
+        start: usize,
+        stages: usize,
+        cuts: &mut Vec<usize>,
+        best: &mut (f64, Vec<usize>),
+        worst: f64,
+    ) {
         if stages == 1 {
             let worst = worst.max(costs[start..].iter().sum());
             if worst < best.0 {
@@ -158,7 +167,13 @@ pub fn balanced_cuts(costs: &[f64], stages: usize) -> Vec<usize> {
 /// Seconds each block of `model` takes for a training step (forward, backward and optimizer
 /// update) on `micro_size` samples of `data`: the mean of 3 steps after a warm-up, each block
 /// run as its own stage on `device`.
-pub fn profile_blocks<B: AutodiffBackend>(model: &Classifier<B>, train: &TrainConfig, data: &Encoded, micro_size: usize, device: &B::Device) -> Result<Vec<f64>, String> {
+pub fn profile_blocks<B: AutodiffBackend>(
+    model: &Classifier<B>,
+    train: &TrainConfig,
+    data: &Encoded,
+    micro_size: usize,
+    device: &B::Device,
+) -> Result<Vec<f64>, String> {
     let n = model.num_blocks();
     let blocks = model.clone().split(&(1..n).collect::<Vec<_>>()).map_err(|e| e.to_string())?;
     let mut stages: Vec<Stage<B>> = blocks.into_iter().map(|b| Stage::new(b, train, device.clone())).collect();
@@ -267,10 +282,23 @@ impl StageEpoch {
         let s = |d: Duration| d.as_secs_f64();
         let (f, b) = (self.forward_traffic, self.backward_traffic);
         [
-            self.loss_sum, self.samples as f64, self.skipped_samples as f64,
-            s(self.predict), s(self.compute), s(self.transfer), s(self.idle), s(self.wall),
-            self.peak_live as f64, f.messages as f64, f.bytes as f64, b.messages as f64, b.bytes as f64,
-            self.control_bytes as f64, self.relayed.bytes as f64, s(self.relayed.busy), self.replayed_samples as f64,
+            self.loss_sum,
+            self.samples as f64,
+            self.skipped_samples as f64,
+            s(self.predict),
+            s(self.compute),
+            s(self.transfer),
+            s(self.idle),
+            s(self.wall),
+            self.peak_live as f64,
+            f.messages as f64,
+            f.bytes as f64,
+            b.messages as f64,
+            b.bytes as f64,
+            self.control_bytes as f64,
+            self.relayed.bytes as f64,
+            s(self.relayed.busy),
+            self.replayed_samples as f64,
             self.correct as f64,
         ]
     }
@@ -279,10 +307,20 @@ impl StageEpoch {
         let d = |x: f64| Duration::from_secs_f64(x.max(0.0));
         let traffic = |messages: f64, bytes: f64| Traffic { messages: messages as u64, bytes: bytes as u64 };
         Self {
-            loss_sum: v[0], samples: v[1] as usize, skipped_samples: v[2] as usize,
-            predict: d(v[3]), compute: d(v[4]), transfer: d(v[5]), idle: d(v[6]), wall: d(v[7]),
-            peak_live: v[8] as usize, forward_traffic: traffic(v[9], v[10]), backward_traffic: traffic(v[11], v[12]),
-            control_bytes: v[13] as u64, relayed: Relayed { bytes: v[14] as u64, busy: d(v[15]) }, replayed_samples: v[16] as usize,
+            loss_sum: v[0],
+            samples: v[1] as usize,
+            skipped_samples: v[2] as usize,
+            predict: d(v[3]),
+            compute: d(v[4]),
+            transfer: d(v[5]),
+            idle: d(v[6]),
+            wall: d(v[7]),
+            peak_live: v[8] as usize,
+            forward_traffic: traffic(v[9], v[10]),
+            backward_traffic: traffic(v[11], v[12]),
+            control_bytes: v[13] as u64,
+            relayed: Relayed { bytes: v[14] as u64, busy: d(v[15]) },
+            replayed_samples: v[16] as usize,
             correct: v[17] as usize,
         }
     }
@@ -327,7 +365,9 @@ impl<'l> ScalarSum<'l> {
                 drop(state);
                 let mut slots = vec![0.0; *stages];
                 slots[self.local.clone()].copy_from_slice(&values);
-                link.lock().unwrap_or_else(|e| e.into_inner()).all_reduce_sum_f64(&mut slots, cross_rank_timeout(timeout), stop)
+                link.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .all_reduce_sum_f64(&mut slots, cross_rank_timeout(timeout), stop)
                     .map_err(|e| StageFailure::own(format!("summing {}: {e}", self.what)))?;
                 values = slots;
                 state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -346,7 +386,11 @@ impl<'l> ScalarSum<'l> {
                 return Err(StageFailure::elsewhere("stopped"));
             }
             if started.elapsed() >= timeout {
-                return Err(StageFailure::elsewhere(format!("waited {} s for the other stages' {}", timeout.as_secs_f64(), self.what)));
+                return Err(StageFailure::elsewhere(format!(
+                    "waited {} s for the other stages' {}",
+                    timeout.as_secs_f64(),
+                    self.what
+                )));
             }
         }
     }
@@ -401,7 +445,13 @@ pub struct ModelParallel<B: AutodiffBackend> {
 impl<B: AutodiffBackend> ModelParallel<B> {
     /// Cuts `model` into stages on `devices` (one per stage). `profile_data` is used only by
     /// `balance = "time"`, to time each block on a micro-batch.
-    pub fn new(model: Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, devices: Vec<B::Device>, profile_data: &Encoded) -> Result<Self, String> {
+    pub fn new(
+        model: Classifier<B>,
+        train: &TrainConfig,
+        config: &ModelParallelConfig,
+        devices: Vec<B::Device>,
+        profile_data: &Encoded,
+    ) -> Result<Self, String> {
         config.validate()?;
         if devices.len() != config.stages {
             return Err(format!("{} stages need {} devices, got {}", config.stages, config.stages, devices.len()));
@@ -417,15 +467,28 @@ impl<B: AutodiffBackend> ModelParallel<B> {
     /// stage). A boundary between ranks is a link over MPI point-to-point messages, counted like
     /// every link. Every rank cuts where rank 0 does, and checks that all start from the same
     /// parameters.
-    pub fn across_ranks(model: Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, local_devices: Vec<B::Device>, profile_data: &Encoded, ranks: &dyn Ranks) -> Result<Self, String> {
+    pub fn across_ranks(
+        model: Classifier<B>,
+        train: &TrainConfig,
+        config: &ModelParallelConfig,
+        local_devices: Vec<B::Device>,
+        profile_data: &Encoded,
+        ranks: &dyn Ranks,
+    ) -> Result<Self, String> {
         config.validate()?;
         let (size, rank) = (ranks.size(), ranks.rank());
         if config.stages % size != 0 {
-            return Err(format!("`stages` = {} cannot be spread evenly over the job's {size} ranks: make it a multiple of {size}", config.stages));
+            return Err(format!(
+                "`stages` = {} cannot be spread evenly over the job's {size} ranks: make it a multiple of {size}",
+                config.stages
+            ));
         }
         let per_rank = config.stages / size;
         if local_devices.len() != per_rank {
-            return Err(format!("{per_rank} stages per rank need {per_rank} devices on each rank, got {}", local_devices.len()));
+            return Err(format!(
+                "{per_rank} stages per rank need {per_rank} devices on each rank, got {}",
+                local_devices.len()
+            ));
         }
         check_same_parameters(ranks, &model)?;
         let pools = thread_pools(per_rank, train.threads, "stage")?;
@@ -435,30 +498,63 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             _ => Vec::new(),
         };
         let text = ranks.broadcast_text(&mine.iter().map(usize::to_string).collect::<Vec<_>>().join(","))?;
-        let cuts = text.split(',').filter(|c| !c.is_empty()).map(str::parse).collect::<Result<Vec<usize>, _>>().map_err(|e| format!("rank 0's cut points {text:?}: {e}"))?;
+        let cuts = text
+            .split(',')
+            .filter(|c| !c.is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|e| format!("rank 0's cut points {text:?}: {e}"))?;
         let local = rank * per_rank..(rank + 1) * per_rank;
-        let devices = (0..config.stages).map(|s| local_devices[if local.contains(&s) { s - local.start } else { 0 }].clone()).collect();
+        let devices = (0..config.stages)
+            .map(|s| local_devices[if local.contains(&s) { s - local.start } else { 0 }].clone())
+            .collect();
         let mut links = ranks.links(2 * (config.stages - 1) + 3)?.into_iter();
         let mut next = || links.next().expect("as many links as asked for");
         let boundaries = (1..config.stages).map(|_| [next(), next()]).collect();
         let across = AcrossRanks { boundaries, norms: next(), votes: next(), gather: next() };
-        let mut strategy = Self::assemble(model, train, config, cuts, devices, pools, Placement { local, per_rank, ranks: size })?;
+        let mut strategy =
+            Self::assemble(model, train, config, cuts, devices, pools, Placement { local, per_rank, ranks: size })?;
         strategy.across = Some(across);
         Ok(strategy)
     }
 
-    fn assemble(model: Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, cuts: Vec<usize>, devices: Vec<B::Device>, pools: Vec<rayon::ThreadPool>, placement: Placement) -> Result<Self, String> {
+    fn assemble(
+        model: Classifier<B>,
+        train: &TrainConfig,
+        config: &ModelParallelConfig,
+        cuts: Vec<usize>,
+        devices: Vec<B::Device>,
+        pools: Vec<rayon::ThreadPool>,
+        placement: Placement,
+    ) -> Result<Self, String> {
         let modules = model.split(&cuts).map_err(|e| format!("`cuts`: {e}"))?;
         let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
         let snapshot = stages.iter().map(|s| s.module().clone()).collect();
         let config = config.clone();
-        Ok(Self { stages, pools, cuts, config, train: train.clone(), snapshot, failed: false, policies: Vec::new(), replay: 0, placement, across: None })
+        Ok(Self {
+            stages,
+            pools,
+            cuts,
+            config,
+            train: train.clone(),
+            snapshot,
+            failed: false,
+            policies: Vec::new(),
+            replay: 0,
+            placement,
+            across: None,
+        })
     }
 
     /// Gives each stage a [`StepPolicy`] (one per stage, in stage order).
     pub fn with_policies(mut self, policies: Vec<Box<dyn StepPolicy<B>>>) -> Result<Self, String> {
         if policies.len() != self.stages.len() {
-            return Err(format!("{} stages need {} step policies, got {}", self.stages.len(), self.stages.len(), policies.len()));
+            return Err(format!(
+                "{} stages need {} step policies, got {}",
+                self.stages.len(),
+                self.stages.len(),
+                policies.len()
+            ));
         }
         self.policies = policies;
         Ok(self)
@@ -479,7 +575,14 @@ impl<B: AutodiffBackend> ModelParallel<B> {
 
 /// The manifest's cut points, or balanced ones (`balance`; a time balance profiles the blocks
 /// on `device` in `pool`).
-fn choose_cuts<B: AutodiffBackend>(model: &Classifier<B>, train: &TrainConfig, config: &ModelParallelConfig, pool: &rayon::ThreadPool, device: &B::Device, profile_data: &Encoded) -> Result<Vec<usize>, String> {
+fn choose_cuts<B: AutodiffBackend>(
+    model: &Classifier<B>,
+    train: &TrainConfig,
+    config: &ModelParallelConfig,
+    pool: &rayon::ThreadPool,
+    device: &B::Device,
+    profile_data: &Encoded,
+) -> Result<Vec<usize>, String> {
     if config.stages > model.num_blocks() {
         return Err(format!("cannot cut a model of {} blocks into {} stages", model.num_blocks(), config.stages));
     }
@@ -521,9 +624,17 @@ impl StageContext<'_, '_> {
     }
 
     /// Receives the message for (`batch`, `micro`) from stage `peer` on `link`, adding the wait to `epoch`.
-    fn receive<B: AutodiffBackend>(&self, link: &Option<LinkReceiver<Message<B>>>, peer: usize, batch: usize, micro: usize, epoch: &mut StageEpoch) -> Result<Wire<B>, StageFailure> {
+    fn receive<B: AutodiffBackend>(
+        &self,
+        link: &Option<LinkReceiver<Message<B>>>,
+        peer: usize,
+        batch: usize,
+        micro: usize,
+        epoch: &mut StageEpoch,
+    ) -> Result<Wire<B>, StageFailure> {
         let link = link.as_ref().ok_or_else(|| StageFailure::own("receive on a link that does not exist"))?;
-        let timeout = if self.placement.local.contains(&peer) { self.timeout() } else { cross_rank_timeout(self.timeout()) };
+        let timeout =
+            if self.placement.local.contains(&peer) { self.timeout() } else { cross_rank_timeout(self.timeout()) };
         let ((b, m, value), wait) = link.recv(timeout, self.stop).map_err(|e| StageFailure {
             waited_for: matches!(e, RecvError::Timeout(_)).then_some(peer),
             ..StageFailure::elsewhere(format!("{e} from stage {peer}"))
@@ -531,19 +642,32 @@ impl StageContext<'_, '_> {
         epoch.idle += wait.idle;
         epoch.transfer += wait.transfer;
         if (b, m) != (batch, micro) {
-            return Err(StageFailure::own(format!("expected micro-batch {micro} of batch {batch}, received {m} of {b}")));
+            return Err(StageFailure::own(format!(
+                "expected micro-batch {micro} of batch {batch}, received {m} of {b}"
+            )));
         }
         Ok(value)
     }
 
-    fn send<B: AutodiffBackend>(&self, link: &mut Option<LinkSender<Message<B>>>, batch: usize, micro: usize, value: Wire<B>) -> Result<(), StageFailure> {
+    fn send<B: AutodiffBackend>(
+        &self,
+        link: &mut Option<LinkSender<Message<B>>>,
+        batch: usize,
+        micro: usize,
+        value: Wire<B>,
+    ) -> Result<(), StageFailure> {
         let link = link.as_mut().ok_or_else(|| StageFailure::own("send on a link that does not exist"))?;
         let bytes = wire_bytes::<B>(&value);
         link.send((batch, micro, value), bytes).map_err(StageFailure::elsewhere)
     }
 
     /// Runs this stage's passes of every global batch of the epoch, in schedule order.
-    fn run<B: AutodiffBackend>(&self, stage: &mut Stage<B>, mut ends: Ends<B>, mut policy: Option<&mut Box<dyn StepPolicy<B>>>) -> Result<StageEpoch, StageFailure> {
+    fn run<B: AutodiffBackend>(
+        &self,
+        stage: &mut Stage<B>,
+        mut ends: Ends<B>,
+        mut policy: Option<&mut Box<dyn StepPolicy<B>>>,
+    ) -> Result<StageEpoch, StageFailure> {
         let started = Instant::now();
         let mut epoch = StageEpoch::default();
         let last = self.index + 1 == self.stages;
@@ -695,7 +819,9 @@ impl<B: AutodiffBackend> Relay<'_, B> {
         let stage = self.stage();
         let result = catch_unwind(AssertUnwindSafe(|| match self {
             Relay::Out { from_stage, link, to, .. } => relay::send_out::<B>(from_stage, link, to, timeout, stop),
-            Relay::In { to_stage, link, from, device, .. } => relay::receive_in::<B>(to_stage, link, from, &device, timeout, done, stop),
+            Relay::In { to_stage, link, from, device, .. } => {
+                relay::receive_in::<B>(to_stage, link, from, &device, timeout, done, stop)
+            }
         }))
         .unwrap_or_else(|panic| Err(format!("its relay panicked: {}", panic_message(&panic))));
         match result {
@@ -713,12 +839,21 @@ impl<B: AutodiffBackend> Relay<'_, B> {
 /// The link ends of every stage: stage `s` sends forward to `s + 1` and back to `s − 1`. In a
 /// multi-process job (`boundaries`), a direction between one of this process's stages and
 /// another rank's gets a relay; directions between two other ranks get nothing.
-fn wire_up<'l, B: AutodiffBackend>(devices: &[B::Device], interconnect: Interconnect, placement: &Placement, boundaries: Option<&'l mut [[Box<dyn RankLink>; 2]]>) -> (Vec<Ends<B>>, Vec<Relay<'l, B>>) {
+fn wire_up<'l, B: AutodiffBackend>(
+    devices: &[B::Device],
+    interconnect: Interconnect,
+    placement: &Placement,
+    boundaries: Option<&'l mut [[Box<dyn RankLink>; 2]]>,
+) -> (Vec<Ends<B>>, Vec<Relay<'l, B>>) {
     let k = devices.len();
-    let mut ends: Vec<Ends<B>> = (0..k).map(|_| Ends { from_previous: None, to_next: None, from_next: None, to_previous: None }).collect();
+    let mut ends: Vec<Ends<B>> =
+        (0..k).map(|_| Ends { from_previous: None, to_next: None, from_next: None, to_previous: None }).collect();
     let mut relays = Vec::new();
     let links: Vec<[Option<&'l mut dyn RankLink>; 2]> = match boundaries {
-        Some(boundaries) => boundaries.iter_mut().map(|[f, b]| [Some(&mut **f as &mut dyn RankLink), Some(&mut **b as &mut dyn RankLink)]).collect(),
+        Some(boundaries) => boundaries
+            .iter_mut()
+            .map(|[f, b]| [Some(&mut **f as &mut dyn RankLink), Some(&mut **b as &mut dyn RankLink)])
+            .collect(),
         None => (1..k).map(|_| [None, None]).collect(),
     };
     // One direction, `from` → `to`: the sender's and the receiver's ends where they are local.
@@ -738,7 +873,13 @@ fn wire_up<'l, B: AutodiffBackend>(devices: &[B::Device], interconnect: Intercon
                 // A simulated interconnect delays the message on the receiving rank, whose stage
                 // counts the delay as transfer time (as in one process).
                 let (tx, rx) = link(interconnect);
-                relays.push(Relay::In { stage: to, to_stage: tx, link: rank_link, from: placement.rank_of(from), device: devices[to].clone() });
+                relays.push(Relay::In {
+                    stage: to,
+                    to_stage: tx,
+                    link: rank_link,
+                    from: placement.rank_of(from),
+                    device: devices[to].clone(),
+                });
                 (None, Some(rx))
             }
             (false, false, Some(_)) => (None, None),
@@ -770,7 +911,11 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         let local = placement.local.clone();
         let timeout = Duration::from_secs_f64(config.timeout_seconds);
         let (boundaries, norms, votes) = match &mut self.across {
-            Some(a) => (Some(&mut a.boundaries[..]), Some(a.norms.as_mut() as &mut dyn RankLink), Some(a.votes.as_mut() as &mut dyn RankLink)),
+            Some(a) => (
+                Some(&mut a.boundaries[..]),
+                Some(a.norms.as_mut() as &mut dyn RankLink),
+                Some(a.votes.as_mut() as &mut dyn RankLink),
+            ),
             None => (None, None, None),
         };
         let norms = ScalarSum::new("gradient norms", local.clone(), k, norms);
@@ -784,10 +929,31 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             false => self.policies.iter_mut().map(Some).collect(),
         };
         let (outcome, relayed) = std::thread::scope(|scope| {
-            let relays: Vec<ScopedJoinHandle<_>> = relays.into_iter().map(|relay| scope.spawn(|| relay.run(cross_rank_timeout(timeout), &done, &stop))).collect();
-            let stages = self.stages.iter_mut().zip(policies.drain(..)).zip(ends).enumerate().filter(|(index, _)| local.contains(index));
+            let relays: Vec<ScopedJoinHandle<_>> = relays
+                .into_iter()
+                .map(|relay| scope.spawn(|| relay.run(cross_rank_timeout(timeout), &done, &stop)))
+                .collect();
+            let stages = self
+                .stages
+                .iter_mut()
+                .zip(policies.drain(..))
+                .zip(ends)
+                .enumerate()
+                .filter(|(index, _)| local.contains(index));
             for ((index, ((stage, policy), ends)), pool) in stages.zip(&self.pools) {
-                let context = StageContext { index, stages: k, plan, train, config, placement, replay, norms: &norms, votes: &votes, stop: &stop, reports: tx.clone() };
+                let context = StageContext {
+                    index,
+                    stages: k,
+                    plan,
+                    train,
+                    config,
+                    placement,
+                    replay,
+                    norms: &norms,
+                    votes: &votes,
+                    stop: &stop,
+                    reports: tx.clone(),
+                };
                 scope.spawn(move || {
                     let result = catch_unwind(AssertUnwindSafe(|| pool.install(|| context.run(stage, ends, policy))))
                         .unwrap_or_else(|panic| Err(StageFailure::own(format!("panicked: {}", panic_message(&panic)))));
@@ -808,7 +974,9 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         // A relay that failed by itself stopped the run: its error is the cause.
         let relay_failure = relayed.iter().find_map(|(stage, r)| r.as_ref().err().map(|e| (*stage, e.clone())));
         let outcome = match relay_failure {
-            Some((stage, e)) => Err(format!("the link of stage {stage} to another rank failed in epoch {}: {e}", plan.epoch + 1)),
+            Some((stage, e)) => {
+                Err(format!("the link of stage {stage} to another rank failed in epoch {}: {e}", plan.epoch + 1))
+            }
             None => outcome,
         };
         let outcome = outcome.and_then(|mut epochs| {
@@ -817,7 +985,13 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
                 (relayed.bytes, relayed.busy) = (relayed.bytes + relay.bytes, relayed.busy + relay.busy);
             }
             match &mut self.across {
-                Some(across) => gather_epoch(&mut self.stages, &self.placement, across.gather.as_mut(), cross_rank_timeout(timeout), epochs),
+                Some(across) => gather_epoch(
+                    &mut self.stages,
+                    &self.placement,
+                    across.gather.as_mut(),
+                    cross_rank_timeout(timeout),
+                    epochs,
+                ),
                 None => Ok(epochs),
             }
         });
@@ -845,7 +1019,13 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
 /// (a quarter more in a multi-process job, so that a stage's wait on another rank, which may
 /// start a step's computation later, fails first and names the rank), the run stops and the
 /// stages furthest behind are named.
-fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc::Receiver<Report>, plan: &EpochPlan, stop: &AtomicBool) -> Result<Vec<StageEpoch>, String> {
+fn coordinate(
+    config: &ModelParallelConfig,
+    placement: &Placement,
+    reports: mpsc::Receiver<Report>,
+    plan: &EpochPlan,
+    stop: &AtomicBool,
+) -> Result<Vec<StageEpoch>, String> {
     let timeout = Duration::from_secs_f64(config.timeout_seconds);
     let watchdog = if placement.ranks > 1 { timeout.mul_f64(1.25) } else { timeout };
     let local = placement.local.clone();
@@ -876,8 +1056,13 @@ fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc
             Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => break,
             Err(RecvTimeoutError::Timeout) => {
                 let behind = local.clone().map(|s| steps[s]).min().unwrap_or(0);
-                let laggards: Vec<usize> = local.clone().filter(|&s| done[s - local.start].is_none() && steps[s] == behind).collect();
-                stalled = Some(format!("stage(s) {laggards:?} made no progress for {} s (stuck at step {})", watchdog.as_secs_f64(), behind + 1));
+                let laggards: Vec<usize> =
+                    local.clone().filter(|&s| done[s - local.start].is_none() && steps[s] == behind).collect();
+                stalled = Some(format!(
+                    "stage(s) {laggards:?} made no progress for {} s (stuck at step {})",
+                    watchdog.as_secs_f64(),
+                    behind + 1
+                ));
                 stop.store(true, Ordering::SeqCst);
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -913,13 +1098,20 @@ fn coordinate(config: &ModelParallelConfig, placement: &Placement, reports: mpsc
 
 /// Across ranks, at the end of an epoch: every stage's figures and parameters on every rank
 /// (the figures for the results, the parameters for evaluating and saving the whole model).
-fn gather_epoch<B: AutodiffBackend>(stages: &mut [Stage<B>], placement: &Placement, link: &mut dyn RankLink, timeout: Duration, local: Vec<StageEpoch>) -> Result<Vec<StageEpoch>, String> {
+fn gather_epoch<B: AutodiffBackend>(
+    stages: &mut [Stage<B>],
+    placement: &Placement,
+    link: &mut dyn RankLink,
+    timeout: Duration,
+    local: Vec<StageEpoch>,
+) -> Result<Vec<StageEpoch>, String> {
     const F: usize = StageEpoch::FIGURES;
     let mut figures = vec![0.0; stages.len() * F];
     for (s, epoch) in placement.local.clone().zip(&local) {
         figures[s * F..(s + 1) * F].copy_from_slice(&epoch.to_figures());
     }
-    link.all_reduce_sum_f64(&mut figures, timeout, &AtomicBool::new(false)).map_err(|e| format!("gathering the epoch's figures: {e}"))?;
+    link.all_reduce_sum_f64(&mut figures, timeout, &AtomicBool::new(false))
+        .map_err(|e| format!("gathering the epoch's figures: {e}"))?;
     // Each rank fills its own stages' values; the sum puts every stage's everywhere.
     let mut offsets = vec![0];
     for stage in stages.iter() {
@@ -948,9 +1140,11 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             .map(|s| json!({ "forward": per_step(epochs[s - 1].forward_traffic), "backward": per_step(epochs[s].backward_traffic) }))
             .collect();
         let control: u64 = epochs.iter().map(|e| e.control_bytes).sum();
-        let bytes: u64 = epochs.iter().map(|e| e.forward_traffic.bytes + e.backward_traffic.bytes).sum::<u64>() + control;
-        let transfer_share = epochs.iter().map(|e| e.transfer.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).sum::<f64>()
-            / epochs.len() as f64;
+        let bytes: u64 =
+            epochs.iter().map(|e| e.forward_traffic.bytes + e.backward_traffic.bytes).sum::<u64>() + control;
+        let transfer_share =
+            epochs.iter().map(|e| e.transfer.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).sum::<f64>()
+                / epochs.len() as f64;
         // As run: a batch smaller than `micro_batches` runs one micro-batch per sample.
         let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(self.train.batch_size);
         let mut extra = json!({
@@ -984,8 +1178,14 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         if self.across.is_some() {
             extra.insert("ranks".into(), json!(self.placement.ranks));
             extra.insert("stages_per_rank".into(), json!(self.placement.per_rank));
-            extra.insert("cross_rank_bytes_per_step".into(), json!(epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64 / steps.max(1) as f64));
-            extra.insert("cross_rank_seconds".into(), json!(epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>()));
+            extra.insert(
+                "cross_rank_bytes_per_step".into(),
+                json!(epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64 / steps.max(1) as f64),
+            );
+            extra.insert(
+                "cross_rank_seconds".into(),
+                json!(epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>()),
+            );
         }
         // This process's first stage's policy speaks for the protocol (sync counts are the same
         // on every stage); control bytes and prediction time are summed or listed per stage above.
@@ -1024,9 +1224,18 @@ mod tests {
     fn labels_name_the_schedule_and_a_simulated_interconnect() {
         let naive = ModelParallelConfig { schedule: Schedule::Naive, ..Default::default() };
         assert_eq!(naive.label(), "model-parallel-2s-naive");
-        let cut = ModelParallelConfig { stages: 3, cuts: Some(vec![1, 3]), schedule: Schedule::OneFOneB, micro_batches: 4, ..Default::default() };
+        let cut = ModelParallelConfig {
+            stages: 3,
+            cuts: Some(vec![1, 3]),
+            schedule: Schedule::OneFOneB,
+            micro_batches: 4,
+            ..Default::default()
+        };
         assert_eq!(cut.label(), "model-parallel-3s-cuts1-3-1f1b-4m");
-        let slow = ModelParallelConfig { interconnect: Interconnect::Preset(crate::link::Preset::OneGbE), ..Default::default() };
+        let slow = ModelParallelConfig {
+            interconnect: Interconnect::Preset(crate::link::Preset::OneGbE),
+            ..Default::default()
+        };
         assert_eq!(slow.label(), "model-parallel-2s-gpipe-8m-1gbe");
         assert!(ModelParallelConfig { timeout_seconds: 0.0, ..Default::default() }.validate().is_err());
     }

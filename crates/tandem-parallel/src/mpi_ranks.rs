@@ -45,8 +45,8 @@ impl MpiRanks {
         if !launched_by_mpi() {
             return Ok(None);
         }
-        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
-            .ok_or("MPI was already initialized in this process")?;
+        let (universe, threading) =
+            mpi::initialize_with_threading(Threading::Multiple).ok_or("MPI was already initialized in this process")?;
         if threading != Threading::Multiple {
             return Err(format!(
                 "the MPI library offers thread level {threading:?}; Tandem's replicas call MPI from several threads and need MPI_THREAD_MULTIPLE"
@@ -91,7 +91,9 @@ impl Ranks for MpiRanks {
         let differing: Vec<usize> = (1..self.size).filter(|&r| all[r] != all[0]).collect();
         match differing.is_empty() {
             true => Ok(()),
-            false => Err(format!("rank(s) {differing:?} have a different {what} from rank 0's (every rank must have the same)")),
+            false => Err(format!(
+                "rank(s) {differing:?} have a different {what} from rank 0's (every rank must have the same)"
+            )),
         }
     }
 
@@ -99,10 +101,20 @@ impl Ranks for MpiRanks {
         let root = self.world.0.process_at_rank(0);
         let len = RequestBuffer::new(vec![text.len() as u64]);
         // SAFETY (both): each buffer is read only after its request completed.
-        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { len.lend() }), SETUP_TIMEOUT, "receiving a setting from rank 0 (a run name, cut points)", &NEVER));
+        self.set_up(wait_within(
+            root.immediate_broadcast_into(StaticScope, unsafe { len.lend() }),
+            SETUP_TIMEOUT,
+            "receiving a setting from rank 0 (a run name, cut points)",
+            &NEVER,
+        ));
         let len = unsafe { len.into_vec() }[0] as usize;
         let bytes = RequestBuffer::new(if self.rank == 0 { text.as_bytes().to_vec() } else { vec![0u8; len] });
-        self.set_up(wait_within(root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }), SETUP_TIMEOUT, "receiving a setting from rank 0 (a run name, cut points)", &NEVER));
+        self.set_up(wait_within(
+            root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }),
+            SETUP_TIMEOUT,
+            "receiving a setting from rank 0 (a run name, cut points)",
+            &NEVER,
+        ));
         String::from_utf8(unsafe { bytes.into_vec() }).map_err(|e| format!("rank 0 sent text that is not UTF-8: {e}"))
     }
 
@@ -122,10 +134,18 @@ impl Ranks for MpiRanks {
 struct MpiLink(Comm);
 
 impl MpiLink {
-    fn all_reduce<T: Equivalence + Copy + Default + 'static>(&mut self, values: &mut [T], timeout: Duration, what: &str, stop: &AtomicBool) -> Result<(), String> {
+    fn all_reduce<T: Equivalence + Copy + Default + 'static>(
+        &mut self,
+        values: &mut [T],
+        timeout: Duration,
+        what: &str,
+        stop: &AtomicBool,
+    ) -> Result<(), String> {
         let (send, sum) = (RequestBuffer::new(values.to_vec()), RequestBuffer::new(vec![T::default(); values.len()]));
         // SAFETY: the buffers are read only after the request completed.
-        let request = unsafe { self.0 .0.immediate_all_reduce_into(StaticScope, &*send.lend(), sum.lend(), SystemOperation::sum()) };
+        let request = unsafe {
+            self.0 .0.immediate_all_reduce_into(StaticScope, &*send.lend(), sum.lend(), SystemOperation::sum())
+        };
         wait_within(request, timeout, what, stop)?;
         values.copy_from_slice(&unsafe { sum.into_vec() });
         drop(unsafe { send.into_vec() });
@@ -155,7 +175,9 @@ impl RankLink for MpiLink {
         // A matched probe takes the message off the queue for this receive alone. Its contents
         // may still be on their way (a large message moves only while the sender takes part),
         // so the receive is non-blocking and bounded like every other wait.
-        let Some((message, status)) = self.0 .0.process_at_rank(from as i32).immediate_matched_probe() else { return Ok(None) };
+        let Some((message, status)) = self.0 .0.process_at_rank(from as i32).immediate_matched_probe() else {
+            return Ok(None);
+        };
         let buffer = RequestBuffer::new(vec![0u8; status.count(u8::equivalent_datatype()).max(0) as usize]);
         // SAFETY: the buffer is read only after the request completed.
         let request = message.immediate_matched_receive_into(StaticScope, unsafe { buffer.lend() });
@@ -193,7 +215,12 @@ impl<T> RequestBuffer<T> {
 /// Polls `request` until it completes. Past `timeout`, or once `stop` is raised, it abandons
 /// the request (forgets it: MPI cannot cancel a collective, and dropping it unfinished would
 /// abort the process) and fails.
-fn wait_within<D: ?Sized>(mut request: Request<'static, D, StaticScope>, timeout: Duration, what: &str, stop: &AtomicBool) -> Result<(), String> {
+fn wait_within<D: ?Sized>(
+    mut request: Request<'static, D, StaticScope>,
+    timeout: Duration,
+    what: &str,
+    stop: &AtomicBool,
+) -> Result<(), String> {
     let started = Instant::now();
     loop {
         match request.test() {
@@ -204,7 +231,10 @@ fn wait_within<D: ?Sized>(mut request: Request<'static, D, StaticScope>, timeout
         if waited > timeout || stop.load(Ordering::SeqCst) {
             std::mem::forget(request);
             return match waited > timeout {
-                true => Err(format!("no answer from the other ranks for {} s while {what}; a rank is stuck or gone", timeout.as_secs_f64())),
+                true => Err(format!(
+                    "no answer from the other ranks for {} s while {what}; a rank is stuck or gone",
+                    timeout.as_secs_f64()
+                )),
                 false => Err(format!("stopped while {what}")),
             };
         }

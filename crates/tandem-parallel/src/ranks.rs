@@ -65,7 +65,10 @@ pub(crate) fn cross_rank_timeout(timeout: Duration) -> Duration {
 }
 
 /// Collective: fails on every rank unless all ranks start from the same parameters.
-pub(crate) fn check_same_parameters<B: burn::tensor::backend::Backend>(ranks: &dyn Ranks, model: &tandem_models::Classifier<B>) -> Result<(), String> {
+pub(crate) fn check_same_parameters<B: burn::tensor::backend::Backend>(
+    ranks: &dyn Ranks,
+    model: &tandem_models::Classifier<B>,
+) -> Result<(), String> {
     let bits: Vec<u8> = model.parameter_values().iter().flat_map(|v| v.to_le_bytes()).collect();
     ranks.check_same("initial parameters", fingerprint(&bits))
 }

@@ -34,7 +34,13 @@ const UNTIL_THE_STAGE_ENDS: Duration = Duration::from_secs(1_000_000);
 
 /// Sends each message `stage` puts on its link to rank `to`, until the stage drops its end
 /// (its epoch is over) or `stop` is raised. Each send fails past `timeout`.
-pub(crate) fn send_out<B: AutodiffBackend>(stage: LinkReceiver<Message<B>>, link: &mut dyn RankLink, to: usize, timeout: Duration, stop: &AtomicBool) -> Result<Relayed, String> {
+pub(crate) fn send_out<B: AutodiffBackend>(
+    stage: LinkReceiver<Message<B>>,
+    link: &mut dyn RankLink,
+    to: usize,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> Result<Relayed, String> {
     let mut relayed = Relayed::default();
     loop {
         let ((batch, micro, value), _) = match stage.recv(UNTIL_THE_STAGE_ENDS, stop) {
@@ -145,7 +151,10 @@ mod tests {
     #[test]
     fn messages_survive_encoding() {
         let device = Default::default();
-        let sequence = Tensor::<NdArray, 3>::from_data(TensorData::new((0..24).map(|v| v as f32 * 0.5 - 3.0).collect::<Vec<_>>(), [2, 3, 4]), &device);
+        let sequence = Tensor::<NdArray, 3>::from_data(
+            TensorData::new((0..24).map(|v| v as f32 * 0.5 - 3.0).collect::<Vec<_>>(), [2, 3, 4]),
+            &device,
+        );
         let tokens = Tensor::<NdArray, 2, Int>::from_data(TensorData::new(vec![1i64, 7, 19_999, 0], [2, 2]), &device);
         for value in [Activation::Sequence(sequence), Activation::Tokens(tokens)] {
             let expected = match &value {

@@ -145,7 +145,10 @@ mod tests {
                         let expected: Vec<Action> = (0..micro).map(F).chain((0..micro).map(B)).collect();
                         assert_eq!(actions, expected, "{schedule:?} stage {s}/{stages}, {micro} micro-batches");
                     }
-                    assert!(completes(schedule, stages, micro), "{schedule:?} deadlocks with {stages} stages, {micro} micro-batches");
+                    assert!(
+                        completes(schedule, stages, micro),
+                        "{schedule:?} deadlocks with {stages} stages, {micro} micro-batches"
+                    );
                 }
             }
         }

@@ -89,14 +89,22 @@ impl<B: AutodiffBackend> Stage<B> {
     /// micro-batch's mean cross-entropy scaled by `weight` (its share of the global batch), so
     /// that the micro-batches' gradients add up to the global batch's. Returns the unscaled loss and how many samples the logits classify
     /// correctly.
-    pub fn forward_loss(&mut self, micro: usize, input: Wire<B>, mask_pad: &Tensor<B, 2, Bool>, labels: Tensor<B, 1, Int>, weight: f64) -> (f64, usize) {
+    pub fn forward_loss(
+        &mut self,
+        micro: usize,
+        input: Wire<B>,
+        mask_pad: &Tensor<B, 2, Bool>,
+        labels: Tensor<B, 1, Int>,
+        weight: f64,
+    ) -> (f64, usize) {
         let input = attach::<B>(input, &self.device);
         let module = fresh_leaves(self.module());
         let logits = module.forward_activation(input.clone(), mask_pad).into_features();
         let correct = tandem_train::correct_predictions(logits.clone(), labels.clone());
         let loss = tandem_train::loss(logits, labels);
         let value: f64 = burn::tensor::ElementConversion::elem(loss.clone().into_scalar());
-        self.pending.insert(micro, Pending { module, input: trainable(input), output: Output::Loss(loss.mul_scalar(weight)) });
+        self.pending
+            .insert(micro, Pending { module, input: trainable(input), output: Output::Loss(loss.mul_scalar(weight)) });
         (value, correct)
     }
 
@@ -104,7 +112,8 @@ impl<B: AutodiffBackend> Stage<B> {
     /// this stage's output (`None` on the last stage). Accumulates the parameters' gradients and
     /// returns the gradient with respect to the stage's input (`None` on the first stage).
     pub fn backward(&mut self, micro: usize, grad: Option<Wire<B>>) -> Result<Option<Wire<B>>, String> {
-        let pending = self.pending.remove(&micro).ok_or_else(|| format!("backward of micro-batch {micro} before its forward"))?;
+        let pending =
+            self.pending.remove(&micro).ok_or_else(|| format!("backward of micro-batch {micro} before its forward"))?;
         let seed = match (pending.output, grad) {
             (Output::Loss(loss), None) => loss,
             (Output::Activation(output), Some(grad)) => seed::<B>(output, attach_values::<B>(grad, &self.device)),

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 use burn::backend::{Autodiff, NdArray};
 use tandem_models::{Classifier, ModelConfig};
 use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
-use tandem_train::testing::{exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data};
+use tandem_train::testing::{
+    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
+};
 use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
@@ -31,13 +33,22 @@ fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllRe
     let train = exact_train_config();
     let mut sequential = Sequential::new(initial_model::<B>(config, vocab_size), &train, Default::default());
     let expected = one_epoch(&mut sequential, &data, &train);
-    let mut parallel = data_parallel(initial_model(config, vocab_size), dp_config(replicas, all_reduce, sparse_embedding), &exact_train_config());
+    let mut parallel = data_parallel(
+        initial_model(config, vocab_size),
+        dp_config(replicas, all_reduce, sparse_embedding),
+        &exact_train_config(),
+    );
     let got = one_epoch(&mut parallel, &data, &train);
 
     let name = config.architecture().name();
     let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
     assert!(diff <= 1e-5, "{name}, {replicas} replicas, {all_reduce:?}: parameters differ by {diff:e} (relative)");
-    assert!((got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs(), "{name}: loss {} vs {}", got.loss, expected.loss);
+    assert!(
+        (got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs(),
+        "{name}: loss {} vs {}",
+        got.loss,
+        expected.loss
+    );
     assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once per epoch");
     assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name}: test-then-train counts");
     assert_eq!(parallel.max_replica_difference(), 0.0, "{name}: replicas must hold identical parameters");
@@ -64,7 +75,8 @@ fn uneven_shards_and_dense_exchange_match_sequential() {
     let train = TrainConfig { batch_size: 4, ..exact_train_config() };
     let mut sequential = Sequential::new(initial_model::<B>(gru, vocab_size), &train, Default::default());
     one_epoch(&mut sequential, &data, &train);
-    let mut parallel = data_parallel(initial_model(gru, vocab_size), DataParallelConfig { replicas: 5, ..Default::default() }, &train);
+    let mut parallel =
+        data_parallel(initial_model(gru, vocab_size), DataParallelConfig { replicas: 5, ..Default::default() }, &train);
     one_epoch(&mut parallel, &data, &train);
     let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
     assert!(diff <= 1e-5, "5 replicas, batch 4: parameters differ by {diff:e}");
@@ -79,7 +91,11 @@ fn communication_is_accounted_and_the_embedding_travels_as_rows() {
     let train = exact_train_config();
     let cnn = &small_models()[0];
     let stats = |sparse| {
-        let mut parallel = data_parallel(initial_model(cnn, vocab_size), dp_config(2, AllReduceKind::Tree, sparse), &exact_train_config());
+        let mut parallel = data_parallel(
+            initial_model(cnn, vocab_size),
+            dp_config(2, AllReduceKind::Tree, sparse),
+            &exact_train_config(),
+        );
         one_epoch(&mut parallel, &data, &train).extra
     };
     let (sparse, dense) = (stats(true), stats(false));
@@ -89,7 +105,10 @@ fn communication_is_accounted_and_the_embedding_travels_as_rows() {
     assert_eq!(number(&dense, "bytes_sent_per_replica_per_step"), 4.0 * parameters);
     assert_eq!(number(&dense, "dense_bytes_per_replica_per_step"), 4.0 * parameters);
     assert!(number(&sparse, "bytes_sent_per_replica_per_step") < 4.0 * parameters);
-    assert_eq!(number(&sparse, "bytes_received_per_replica_per_step"), number(&sparse, "bytes_sent_per_replica_per_step"));
+    assert_eq!(
+        number(&sparse, "bytes_received_per_replica_per_step"),
+        number(&sparse, "bytes_sent_per_replica_per_step")
+    );
     // One bucket for the dense gradients plus one call for the embedding rows.
     assert_eq!(number(&sparse, "all_reduce_calls_per_step"), 2.0);
     assert!((0.0..=1.0).contains(&number(&sparse, "all_reduce_share")));
@@ -102,7 +121,11 @@ fn small_buckets_split_the_exchange_but_not_the_result() {
     let train = exact_train_config();
     let transformer = &small_models()[3];
     let run = |bucket_mb| {
-        let mut parallel = data_parallel(initial_model(transformer, vocab_size), DataParallelConfig { bucket_mb, ..Default::default() }, &train);
+        let mut parallel = data_parallel(
+            initial_model(transformer, vocab_size),
+            DataParallelConfig { bucket_mb, ..Default::default() },
+            &train,
+        );
         let stats = one_epoch(&mut parallel, &data, &train);
         (stats.extra["buckets_per_step"].as_u64().unwrap(), parallel.model().parameter_values())
     };
@@ -118,8 +141,13 @@ fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
     let _serial = serial();
     let (data, holdout, vocab_size) = toy_data();
     let train_cfg = TrainConfig { epochs: 2, ..exact_train_config() };
-    let mut parallel = data_parallel(initial_model(&small_models()[1], vocab_size), dp_config(2, AllReduceKind::Tree, true), &exact_train_config());
-    let records = train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
+    let mut parallel = data_parallel(
+        initial_model(&small_models()[1], vocab_size),
+        dp_config(2, AllReduceKind::Tree, true),
+        &exact_train_config(),
+    );
+    let records =
+        train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
     assert_eq!(records.len(), 2);
     for r in &records {
         assert_eq!(r.extra["replica_max_abs_difference"].as_f64(), Some(0.0));
@@ -134,7 +162,11 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     let (mut data, _, vocab_size) = toy_data();
     let train = exact_train_config();
     // Dense exchange, so replica 0 never looks the bad token up and waits in the all-reduce.
-    let mut parallel = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, false), &exact_train_config());
+    let mut parallel = data_parallel(
+        initial_model(&small_models()[2], vocab_size),
+        dp_config(2, AllReduceKind::Tree, false),
+        &exact_train_config(),
+    );
     // A token id outside the vocabulary in a sample of replica 1's shard of the third batch.
     let order: Vec<usize> = (0..data.len()).collect();
     let bad_sample = 2 * 12 + 7;
@@ -148,8 +180,10 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     // The parameters of before the failed epoch are still there, and a new group can run.
     assert!(parallel.model().parameter_values().iter().all(|v| v.is_finite()));
     let (good, _, _) = toy_data();
-    let mut fresh = data_parallel(initial_model(&small_models()[2], vocab_size), dp_config(2, AllReduceKind::Tree, true), &exact_train_config());
+    let mut fresh = data_parallel(
+        initial_model(&small_models()[2], vocab_size),
+        dp_config(2, AllReduceKind::Tree, true),
+        &exact_train_config(),
+    );
     one_epoch(&mut fresh, &good, &train);
 }
-
-

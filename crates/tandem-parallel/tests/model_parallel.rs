@@ -7,7 +7,9 @@ use burn::backend::{Autodiff, NdArray};
 use tandem_models::{Classifier, ModelConfig};
 use tandem_parallel::link::{link, Interconnect};
 use tandem_parallel::{Balance, ModelParallel, ModelParallelConfig, Schedule};
-use tandem_train::testing::{exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data};
+use tandem_train::testing::{
+    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
+};
 use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
@@ -44,13 +46,30 @@ fn every_schedule_and_cut_matches_sequential_for_every_architecture() {
         for cuts in cuts {
             // 5 micro-batches of a batch of 12 are uneven (3, 3, 2, 2, 2); the last batch of 4 has 4.
             for (schedule, micro) in [(Schedule::Naive, 1), (Schedule::GPipe, 5), (Schedule::OneFOneB, 5)] {
-                let mut parallel = model_parallel(initial_model(&config, vocab_size), &mp_config(cuts.clone(), schedule, micro), &train);
+                let mut parallel = model_parallel(
+                    initial_model(&config, vocab_size),
+                    &mp_config(cuts.clone(), schedule, micro),
+                    &train,
+                );
                 let got = one_epoch(&mut parallel, &data, &train);
                 let diff = relative_difference(&parallel.model().parameter_values(), &reference);
                 assert!(diff <= 1e-5, "{name}, cuts {cuts:?}, {schedule:?}: parameters differ by {diff:e} (relative)");
-                assert!((got.loss - expected.loss).abs() <= 1e-5 * expected.loss, "{name} {schedule:?}: loss {} vs {}", got.loss, expected.loss);
-                assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once per epoch");
-                assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name} {schedule:?}: test-then-train counts");
+                assert!(
+                    (got.loss - expected.loss).abs() <= 1e-5 * expected.loss,
+                    "{name} {schedule:?}: loss {} vs {}",
+                    got.loss,
+                    expected.loss
+                );
+                assert_eq!(
+                    (got.samples, got.steps),
+                    (expected.samples, expected.steps),
+                    "{name}: every sample once per epoch"
+                );
+                assert_eq!(
+                    (got.tested, got.correct),
+                    (expected.tested, expected.correct),
+                    "{name} {schedule:?}: test-then-train counts"
+                );
             }
         }
     }
@@ -102,7 +121,9 @@ fn one_f_one_b_keeps_fewer_activations_than_gpipe_and_bubbles_are_reported() {
     let gru = &small_models()[2];
     let run = |schedule| {
         let mut parallel = model_parallel(initial_model(gru, vocab_size), &mp_config(vec![1], schedule, 4), &train_cfg);
-        let records = train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
+        let records =
+            train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(()))
+                .unwrap();
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].holdout.confusion.total(), holdout.len() as u64, "every holdout sample evaluated once");
         records[1].extra.clone()
@@ -134,13 +155,19 @@ fn automatic_balance_picks_legal_cuts_and_bad_settings_are_refused() {
         assert!(cuts[0] >= 1 && cuts[0] < cuts[1], "{balance:?}: {cuts:?}");
     }
     // By parameters, the embedding and the encoder layer (the two heaviest blocks) are split.
-    let by_params = model_parallel(initial_model(transformer, vocab_size), &ModelParallelConfig { balance: Balance::Params, ..Default::default() }, &train);
+    let by_params = model_parallel(
+        initial_model(transformer, vocab_size),
+        &ModelParallelConfig { balance: Balance::Params, ..Default::default() },
+        &train,
+    );
     assert_eq!(by_params.cuts(), &[1]);
 
     let (data, _, _) = toy_data();
     let build = |config: ModelParallelConfig| {
         let devices = vec![Default::default(); config.stages];
-        ModelParallel::<B>::new(initial_model(transformer, vocab_size), &train, &config, devices, &data).err().unwrap_or_default()
+        ModelParallel::<B>::new(initial_model(transformer, vocab_size), &train, &config, devices, &data)
+            .err()
+            .unwrap_or_default()
     };
     assert!(build(ModelParallelConfig { stages: 3, cuts: Some(vec![1]), ..Default::default() }).contains("`cuts`"));
     assert!(build(ModelParallelConfig { stages: 2, cuts: Some(vec![7]), ..Default::default() }).contains("cut point 7"));
@@ -154,7 +181,8 @@ fn a_failing_stage_stops_the_run_with_its_name_instead_of_hanging() {
     let (mut data, _, vocab_size) = toy_data();
     let train = exact_train_config();
     let config: &ModelConfig = &small_models()[2];
-    let mut parallel = model_parallel(initial_model(config, vocab_size), &mp_config(vec![1], Schedule::OneFOneB, 4), &train);
+    let mut parallel =
+        model_parallel(initial_model(config, vocab_size), &mp_config(vec![1], Schedule::OneFOneB, 4), &train);
     // A token id outside the vocabulary in the third batch: the embedding (stage 0) fails.
     let order: Vec<usize> = (0..data.len()).collect();
     data.tokens[(2 * 12 + 7) * data.max_len] = (vocab_size + 1000) as u32;

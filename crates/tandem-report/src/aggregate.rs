@@ -43,7 +43,12 @@ pub struct Setting {
 
 impl Setting {
     fn of(run: &Run) -> Option<Setting> {
-        run.finished().map(|s| Setting { experiment: s.experiment.clone(), data: s.data.clone(), backend: s.backend.clone(), machine: s.machine.clone() })
+        run.finished().map(|s| Setting {
+            experiment: s.experiment.clone(),
+            data: s.data.clone(),
+            backend: s.backend.clone(),
+            machine: s.machine.clone(),
+        })
     }
 }
 
@@ -143,11 +148,15 @@ fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
     let stat = |f: &dyn Fn(&tandem_experiment::RunSummary) -> f64| {
         Stat::of(&summaries.iter().map(|s| f(s)).collect::<Vec<_>>()).expect("a group has at least one run")
     };
-    let metric = |f: fn(&tandem_train::ClassificationMetrics) -> f64| stat(&|s| s.final_metrics.as_ref().map_or(0.0, f));
+    let metric =
+        |f: fn(&tandem_train::ClassificationMetrics) -> f64| stat(&|s| s.final_metrics.as_ref().map_or(0.0, f));
     let speedups: Vec<f64> = summaries
         .iter()
         .filter_map(|s| {
-            let baseline = all.iter().filter_map(|r| r.finished()).find(|b| b.model == s.model && b.seed == s.seed && b.strategy == BASELINE)?;
+            let baseline = all
+                .iter()
+                .filter_map(|r| r.finished())
+                .find(|b| b.model == s.model && b.seed == s.seed && b.strategy == BASELINE)?;
             Some(baseline.train_seconds / s.train_seconds.max(1e-12))
         })
         .collect();
@@ -178,7 +187,8 @@ pub fn accuracy_curve(runs: &[&Run]) -> Vec<(f64, f64)> {
     (0..epochs)
         .map(|e| {
             let n = runs.len() as f64;
-            let time: f64 = runs.iter().map(|r| r.epochs[..=e].iter().map(|x| x.train_seconds).sum::<f64>()).sum::<f64>() / n;
+            let time: f64 =
+                runs.iter().map(|r| r.epochs[..=e].iter().map(|x| x.train_seconds).sum::<f64>()).sum::<f64>() / n;
             let accuracy: f64 = runs.iter().map(|r| r.epochs[e].holdout.accuracy).sum::<f64>() / n;
             (time, accuracy)
         })
@@ -192,7 +202,8 @@ pub fn stage_breakdown(runs: &[&Run]) -> Vec<[f64; 3]> {
         .iter()
         .filter_map(|r| {
             let extra = &r.epochs.last()?.extra;
-            let list = |key: &str| -> Option<Vec<f64>> { extra.get(key)?.as_array()?.iter().map(|v| v.as_f64()).collect() };
+            let list =
+                |key: &str| -> Option<Vec<f64>> { extra.get(key)?.as_array()?.iter().map(|v| v.as_f64()).collect() };
             let (c, t, i) = (list("compute_seconds")?, list("transfer_seconds")?, list("idle_seconds")?);
             Some(c.iter().zip(&t).zip(&i).map(|((c, t), i)| [*c, *t, *i]).collect())
         })

@@ -103,7 +103,10 @@ pub fn collect_runs(inputs: &[PathBuf]) -> Result<Vec<Run>, ReportError> {
     dirs.dedup();
     if dirs.is_empty() {
         let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
-        return Err(ReportError::Input(format!("no runs under {} (a run folder holds manifest.toml or summary.json)", names.join(", "))));
+        return Err(ReportError::Input(format!(
+            "no runs under {} (a run folder holds manifest.toml or summary.json)",
+            names.join(", ")
+        )));
     }
     Ok(dirs.into_iter().map(|dir| read_run(&dir)).collect())
 }
@@ -143,11 +146,16 @@ pub fn read_run(dir: &Path) -> Run {
     if !path.is_file() {
         return run;
     }
-    match std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str::<RunSummary>(&t).map_err(|e| e.to_string())) {
+    match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str::<RunSummary>(&t).map_err(|e| e.to_string()))
+    {
         Ok(summary) => {
             run.state = match (&summary.status, &summary.error) {
                 (RunStatus::Finished, _) => RunState::Finished,
-                (RunStatus::Failed, error) => RunState::Failed(error.clone().unwrap_or_else(|| "no error recorded".into())),
+                (RunStatus::Failed, error) => {
+                    RunState::Failed(error.clone().unwrap_or_else(|| "no error recorded".into()))
+                }
             };
             run.summary = Some(summary);
         }

@@ -7,9 +7,16 @@ pub enum Block {
     Heading(u8, String),
     Paragraph(String),
     List(Vec<String>),
-    Table { header: Vec<String>, rows: Vec<Vec<String>> },
+    Table {
+        header: Vec<String>,
+        rows: Vec<Vec<String>>,
+    },
     /// An SVG file next to the report, and the plot's SVG text for the HTML page.
-    Figure { file: String, caption: String, svg: String },
+    Figure {
+        file: String,
+        caption: String,
+        svg: String,
+    },
 }
 
 /// A titled list of blocks.
@@ -34,10 +41,18 @@ impl Document {
                 Block::Paragraph(text) => out.push_str(&format!("{}\n", md_escape(text))),
                 Block::List(items) => items.iter().for_each(|i| out.push_str(&format!("- {}\n", md_escape(i)))),
                 Block::Table { header, rows } => {
-                    let line = |cells: &[String]| format!("| {} |\n", cells.iter().map(|c| md_escape(c).replace('|', "\\|")).collect::<Vec<_>>().join(" | "));
+                    let line = |cells: &[String]| {
+                        format!(
+                            "| {} |\n",
+                            cells.iter().map(|c| md_escape(c).replace('|', "\\|")).collect::<Vec<_>>().join(" | ")
+                        )
+                    };
                     out.push_str(&line(header));
                     let align = numeric_columns(header.len(), rows);
-                    out.push_str(&format!("|{}\n", align.iter().map(|n| if *n { "---:|" } else { "---|" }).collect::<String>()));
+                    out.push_str(&format!(
+                        "|{}\n",
+                        align.iter().map(|n| if *n { "---:|" } else { "---|" }).collect::<String>()
+                    ));
                     rows.iter().for_each(|r| out.push_str(&line(r)));
                 }
                 Block::Figure { file, caption, .. } => {
@@ -57,7 +72,9 @@ impl Document {
         );
         for block in &self.blocks {
             match block {
-                Block::Heading(level, text) => out.push_str(&format!("<h{0}>{1}</h{0}>\n", level + 1, html_escape(text))),
+                Block::Heading(level, text) => {
+                    out.push_str(&format!("<h{0}>{1}</h{0}>\n", level + 1, html_escape(text)))
+                }
                 Block::Paragraph(text) => out.push_str(&format!("<p>{}</p>\n", html_escape(text))),
                 Block::List(items) => {
                     out.push_str("<ul>\n");
@@ -72,7 +89,11 @@ impl Document {
                     for row in rows {
                         out.push_str("<tr>");
                         for (c, numeric) in row.iter().zip(&align) {
-                            out.push_str(&format!("<td class=\"{}\">{}</td>", if *numeric { "n" } else { "t" }, html_escape(c)));
+                            out.push_str(&format!(
+                                "<td class=\"{}\">{}</td>",
+                                if *numeric { "n" } else { "t" },
+                                html_escape(c)
+                            ));
                         }
                         out.push_str("</tr>\n");
                     }
@@ -80,7 +101,10 @@ impl Document {
                 }
                 Block::Figure { caption, svg, .. } => {
                     let svg = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
-                    out.push_str(&format!("<figure>\n{svg}\n<figcaption>{}</figcaption>\n</figure>\n", html_escape(caption)));
+                    out.push_str(&format!(
+                        "<figure>\n{svg}\n<figcaption>{}</figcaption>\n</figure>\n",
+                        html_escape(caption)
+                    ));
                 }
             }
         }
@@ -89,7 +113,8 @@ impl Document {
     }
 }
 
-const STYLE: &str = "body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
+const STYLE: &str =
+    "body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
 td.n { text-align: right; }
@@ -131,7 +156,10 @@ mod tests {
             blocks: vec![
                 Block::Heading(1, "Setting".into()),
                 Block::Paragraph("a_b <c>".into()),
-                Block::Table { header: vec!["model".into(), "x".into()], rows: vec![vec!["cnn|1".into(), "1.0".into()]] },
+                Block::Table {
+                    header: vec!["model".into(), "x".into()],
+                    rows: vec![vec!["cnn|1".into(), "1.0".into()]],
+                },
             ],
         };
         let md = doc.markdown();

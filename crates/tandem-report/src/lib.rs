@@ -45,7 +45,8 @@ pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, Repor
     let document = build(&runs, inputs)?;
     let write = |name: &str, text: &str| -> Result<PathBuf, ReportError> {
         let path = out.join(name);
-        tandem_experiment::results::write_atomic(&path, text.as_bytes()).map_err(|source| ReportError::Write { path: path.clone(), source })?;
+        tandem_experiment::results::write_atomic(&path, text.as_bytes())
+            .map_err(|source| ReportError::Write { path: path.clone(), source })?;
         Ok(path)
     };
     std::fs::create_dir_all(out).map_err(|source| ReportError::Write { path: out.to_path_buf(), source })?;
@@ -70,7 +71,8 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
     let mut doc = Document { title: "Tandem report".into(), blocks: Vec::new() };
     let tables = summarize(runs);
     let finished = runs.iter().filter(|r| r.finished().is_some()).count();
-    let mut versions: Vec<&str> = runs.iter().filter_map(|r| r.summary.as_ref()).map(|s| s.tandem_version.as_str()).collect();
+    let mut versions: Vec<&str> =
+        runs.iter().filter_map(|r| r.summary.as_ref()).map(|s| s.tandem_version.as_str()).collect();
     versions.sort();
     versions.dedup();
     doc.push(Block::Paragraph(format!(
@@ -96,7 +98,9 @@ fn describe_unfinished(run: &Run) -> String {
     let epochs = run.epochs.len();
     match &run.state {
         RunState::Failed(error) => format!("{} — failed after {epochs} epochs: {error}", run.name()),
-        RunState::Unfinished => format!("{} — interrupted or still running: {epochs} epochs recorded, no summary.json", run.name()),
+        RunState::Unfinished => {
+            format!("{} — interrupted or still running: {epochs} epochs recorded, no summary.json", run.name())
+        }
         RunState::Unreadable(error) => format!("{} — unreadable: {error}", run.name()),
         RunState::Finished => unreachable!("only runs without a finished summary are described"),
     }
@@ -114,12 +118,27 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
     let s = &table.setting;
     let machine = if s.machine.is_empty() { "machine not recorded" } else { s.machine.as_str() };
     doc.push(Block::Heading(1, format!("Setting {index}: {} · {} · {} backend", s.experiment, s.data, s.backend)));
-    doc.push(Block::Paragraph(format!("Experiment: {}. Data: {}. Backend: {}. Machine: {machine}.", s.experiment, s.data, s.backend)));
+    doc.push(Block::Paragraph(format!(
+        "Experiment: {}. Data: {}. Backend: {}. Machine: {machine}.",
+        s.experiment, s.data, s.backend
+    )));
     doc.push(Block::Heading(2, "Training time, speedup and accuracy".into()));
     doc.push(Block::Table {
-        header: ["model", "strategy", "devices", "n", "train time (s)", "speedup", "samples/s", "accuracy (%)", "macro precision (%)", "macro recall (%)", "macro F1 (%)"]
-            .map(String::from)
-            .to_vec(),
+        header: [
+            "model",
+            "strategy",
+            "devices",
+            "n",
+            "train time (s)",
+            "speedup",
+            "samples/s",
+            "accuracy (%)",
+            "macro precision (%)",
+            "macro recall (%)",
+            "macro F1 (%)",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: table
             .groups
             .iter()
@@ -146,13 +165,21 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
     let figures: [(&str, &str, fn(&SettingTable) -> Result<Option<String>, String>); 4] = [
         ("speedup", "Speedup over sequential per architecture and strategy", plots::speedup),
         ("accuracy-time", "Holdout accuracy against training time per strategy", plots::accuracy_over_time),
-        ("communication-accuracy", "Communication against accuracy, Pareto front marked", plots::communication_vs_accuracy),
+        (
+            "communication-accuracy",
+            "Communication against accuracy, Pareto front marked",
+            plots::communication_vs_accuracy,
+        ),
         ("stage-time", "Per-stage time breakdown of the model-parallel schedules", plots::stage_time),
     ];
     for (name, caption, draw) in figures {
         let svg = draw(table).map_err(|message| ReportError::Plot { plot: name.into(), message })?;
         if let Some(svg) = svg {
-            doc.push(Block::Figure { file: format!("{name}{suffix}.svg"), caption: format!("{caption} ({context})."), svg });
+            doc.push(Block::Figure {
+                file: format!("{name}{suffix}.svg"),
+                caption: format!("{caption} ({context})."),
+                svg,
+            });
         }
     }
     Ok(())
@@ -168,8 +195,19 @@ fn communication_table(doc: &mut Document, table: &SettingTable) {
             let per_step = first.extra_f64("bytes_per_step").unwrap_or(0.0);
             let detail = if let Some(replica) = first.extra_f64("bytes_sent_per_replica_per_step") {
                 format!("{:.3} MB sent per replica", replica / 1e6)
-            } else if let Some(links) = first.epochs.last().and_then(|e| e.extra.get("links_per_step")).and_then(|l| l.as_array()).filter(|l| !l.is_empty()) {
-                format!("{:.3} MB per link ({} link{})", per_step / links.len() as f64 / 1e6, links.len(), if links.len() == 1 { "" } else { "s" })
+            } else if let Some(links) = first
+                .epochs
+                .last()
+                .and_then(|e| e.extra.get("links_per_step"))
+                .and_then(|l| l.as_array())
+                .filter(|l| !l.is_empty())
+            {
+                format!(
+                    "{:.3} MB per link ({} link{})",
+                    per_step / links.len() as f64 / 1e6,
+                    links.len(),
+                    if links.len() == 1 { "" } else { "s" }
+                )
             } else {
                 "—".into()
             };
@@ -191,7 +229,9 @@ fn communication_table(doc: &mut Document, table: &SettingTable) {
         "Bytes each strategy moved between devices over the whole run, per training step (last epoch), and the share of step time spent communicating (data parallel: all-reduce time; model parallel: transfer time, mean over stages).".into(),
     ));
     doc.push(Block::Table {
-        header: ["model", "strategy", "MB per run", "MB per step", "per step, split", "share of step time (%)"].map(String::from).to_vec(),
+        header: ["model", "strategy", "MB per run", "MB per step", "per step, split", "share of step time (%)"]
+            .map(String::from)
+            .to_vec(),
         rows,
     });
 }
@@ -206,9 +246,21 @@ fn sync_table(doc: &mut Document, table: &SettingTable) {
         "Communication reduction and speedup are vanilla ÷ predictive (means over seeds); accuracy change is in points. The last column compares each predictor with the static predictor (no prediction: the skipped batches are simply not learned from) at the same number of sync steps: a predictor is useful only where it is positive.".into(),
     ));
     doc.push(Block::Table {
-        header: ["model", "strategy", "predictor", "trigger", "vs", "sync steps", "less communication", "speedup", "accuracy change (pts)", "vs static at equal syncs (pts)", "prequential accuracy (%)"]
-            .map(String::from)
-            .to_vec(),
+        header: [
+            "model",
+            "strategy",
+            "predictor",
+            "trigger",
+            "vs",
+            "sync steps",
+            "less communication",
+            "speedup",
+            "accuracy change (pts)",
+            "vs static at equal syncs (pts)",
+            "prequential accuracy (%)",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: comparisons
             .iter()
             .map(|c| {
@@ -237,7 +289,11 @@ fn sync_table(doc: &mut Document, table: &SettingTable) {
         .into_iter()
         .filter(|model| comparisons.iter().any(|c| c.model == *model))
         .map(|model| {
-            let met: Vec<&str> = comparisons.iter().filter(|c| c.model == *model && c.meets_target()).map(|c| c.strategy.as_str()).collect();
+            let met: Vec<&str> = comparisons
+                .iter()
+                .filter(|c| c.model == *model && c.meets_target())
+                .map(|c| c.strategy.as_str())
+                .collect();
             match met.is_empty() {
                 true => format!("{model}: not met"),
                 false => format!("{model}: met by {}", met.join(", ")),

@@ -46,17 +46,29 @@ fn label_style(h: HPos, v: VPos) -> TextStyle<'static> {
 fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let decades = (lo.log10().floor() as i32)..=(hi.log10().ceil() as i32);
     let ticks = |digits: &[f64]| -> Vec<f64> {
-        decades.clone().flat_map(|d| digits.iter().map(move |m| m * 10f64.powi(d))).filter(|v| (lo..=hi).contains(v)).collect()
+        decades
+            .clone()
+            .flat_map(|d| digits.iter().map(move |m| m * 10f64.powi(d)))
+            .filter(|v| (lo..=hi).contains(v))
+            .collect()
     };
     let coarse = ticks(&[1.0, 2.0, 5.0]);
-    if coarse.len() >= 3 { coarse } else { ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]) }
+    if coarse.len() >= 3 {
+        coarse
+    } else {
+        ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    }
 }
 
 /// A positive number with about three significant digits and no trailing zeros.
 fn significant(v: f64) -> String {
     let decimals = if v >= 100.0 { 0 } else { (2.0 - v.abs().max(1e-12).log10().floor()).clamp(0.0, 12.0) as usize };
     let text = format!("{v:.decimals$}");
-    if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.').to_string() } else { text }
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
 }
 
 /// Draws into an SVG string of `size` pixels.
@@ -84,7 +96,8 @@ fn panels<'a>(root: &Area<'a>, title: &str, count: usize) -> PlotResult<Vec<Area
 pub fn speedup(table: &SettingTable) -> PlotResult<Option<String>> {
     let models = table.models();
     // (colour index, label) of every strategy but the baseline, which is the line at 1×.
-    let strategies: Vec<(usize, &str)> = table.strategies().into_iter().enumerate().filter(|(_, s)| *s != BASELINE).collect();
+    let strategies: Vec<(usize, &str)> =
+        table.strategies().into_iter().enumerate().filter(|(_, s)| *s != BASELINE).collect();
     let bars: Vec<(usize, usize, f64, f64)> = models
         .iter()
         .enumerate()
@@ -121,7 +134,10 @@ pub fn speedup(table: &SettingTable) -> PlotResult<Option<String>> {
             let c = color(*colour);
             let mine: Vec<_> = bars.iter().filter(|b| b.1 == s).collect();
             chart
-                .draw_series(mine.iter().map(|b| Rectangle::new([(left(b.0, s), 0.0), (left(b.0, s) + width * 0.9, b.2)], c.filled())))
+                .draw_series(
+                    mine.iter()
+                        .map(|b| Rectangle::new([(left(b.0, s), 0.0), (left(b.0, s) + width * 0.9, b.2)], c.filled())),
+                )
                 .map_err(err)?
                 .label(*strategy)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
@@ -133,13 +149,22 @@ pub fn speedup(table: &SettingTable) -> PlotResult<Option<String>> {
                 .map_err(err)?;
         }
         chart
-            .draw_series(std::iter::once(PathElement::new(vec![(0.0, 1.0), (models.len() as f64, 1.0)], BLACK.mix(0.6).stroke_width(1))))
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(0.0, 1.0), (models.len() as f64, 1.0)],
+                BLACK.mix(0.6).stroke_width(1),
+            )))
             .map_err(err)?;
         for (m, model) in models.iter().enumerate() {
             let (x, y) = chart.backend_coord(&(m as f64 + 0.5, 0.0));
             root.draw(&Text::new(model.to_string(), (x, y + 8), label_style(HPos::Center, VPos::Top))).map_err(err)?;
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.9)).border_style(BLACK).draw().map_err(err)
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)
     })
     .map(Some)
 }
@@ -154,7 +179,9 @@ pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
     }
     let rows = models.len().div_ceil(2) as u32;
     svg((960, 360 * rows + 40), |root| {
-        for (panel, model) in panels(root, "Holdout accuracy against training time (mean over seeds)", models.len())?.iter().zip(&models) {
+        for (panel, model) in
+            panels(root, "Holdout accuracy against training time (mean over seeds)", models.len())?.iter().zip(&models)
+        {
             let curves: Vec<(usize, &str, Vec<(f64, f64)>)> = strategies
                 .iter()
                 .enumerate()
@@ -162,7 +189,8 @@ pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
                 .filter(|c| !c.2.is_empty())
                 .collect();
             let points = curves.iter().flat_map(|c| c.2.iter());
-            let (t_max, a_min, a_max) = points.fold((1e-9f64, 1.0f64, 0.0f64), |(t, lo, hi), p| (t.max(p.0), lo.min(p.1), hi.max(p.1)));
+            let (t_max, a_min, a_max) =
+                points.fold((1e-9f64, 1.0f64, 0.0f64), |(t, lo, hi), p| (t.max(p.0), lo.min(p.1), hi.max(p.1)));
             let (lo, hi) = ((a_min * 100.0 - 2.0).max(0.0), (a_max * 100.0 + 2.0).min(100.0));
             let mut chart = ChartBuilder::on(panel)
                 .caption(*model, (FONT, 16))
@@ -171,9 +199,14 @@ pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
                 .y_label_area_size(50)
                 .build_cartesian_2d(0.0..t_max * 1.05, lo.min(hi - 1.0)..hi)
                 .map_err(err)?;
-            chart.configure_mesh()
-            .light_line_style(LIGHT)
-            .label_style((FONT, 13)).x_desc("training time (s)").y_desc("holdout accuracy (%)").draw().map_err(err)?;
+            chart
+                .configure_mesh()
+                .light_line_style(LIGHT)
+                .label_style((FONT, 13))
+                .x_desc("training time (s)")
+                .y_desc("holdout accuracy (%)")
+                .draw()
+                .map_err(err)?;
             for (s, strategy, curve) in &curves {
                 let c = color(*s);
                 let pts: Vec<(f64, f64)> = curve.iter().map(|(t, a)| (*t, a * 100.0)).collect();
@@ -184,7 +217,13 @@ pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(2)));
                 chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(err)?;
             }
-            chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.9)).border_style(BLACK).draw().map_err(err)?;
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.9))
+                .border_style(BLACK)
+                .draw()
+                .map_err(err)?;
         }
         Ok(())
     })
@@ -196,13 +235,21 @@ pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
 /// accuracy) is joined by a dashed line and its points ringed.
 pub fn communication_vs_accuracy(table: &SettingTable) -> PlotResult<Option<String>> {
     let strategies = table.strategies();
-    let models: Vec<&str> = table.models().into_iter().filter(|m| strategies.iter().any(|s| table.group(m, s).is_some_and(|g| g.bytes.is_some()))).collect();
+    let models: Vec<&str> = table
+        .models()
+        .into_iter()
+        .filter(|m| strategies.iter().any(|s| table.group(m, s).is_some_and(|g| g.bytes.is_some())))
+        .collect();
     if models.is_empty() {
         return Ok(None);
     }
     let rows = models.len().div_ceil(2) as u32;
     svg((960, 360 * rows + 40), |root| {
-        for (panel, model) in panels(root, "Communication against accuracy (mean over seeds; Pareto front dashed)", models.len())?.iter().zip(&models) {
+        for (panel, model) in
+            panels(root, "Communication against accuracy (mean over seeds; Pareto front dashed)", models.len())?
+                .iter()
+                .zip(&models)
+        {
             let points: Vec<(usize, &str, (f64, f64))> = strategies
                 .iter()
                 .enumerate()
@@ -218,7 +265,10 @@ pub fn communication_vs_accuracy(table: &SettingTable) -> PlotResult<Option<Stri
                 .margin(10)
                 .x_label_area_size(36)
                 .y_label_area_size(50)
-                .build_cartesian_2d((b_lo / 1.5..b_hi * 1.5).log_scale(), (a_lo - 2.0).max(0.0)..(a_hi + 2.0).min(100.0))
+                .build_cartesian_2d(
+                    (b_lo / 1.5..b_hi * 1.5).log_scale(),
+                    (a_lo - 2.0).max(0.0)..(a_hi + 2.0).min(100.0),
+                )
                 .map_err(err)?;
             chart
                 .configure_mesh()
@@ -232,10 +282,16 @@ pub fn communication_vs_accuracy(table: &SettingTable) -> PlotResult<Option<Stri
             // plotters puts no labels on a log axis spanning less than a decade: place our own.
             for mb in log_ticks(b_lo / 1.5, b_hi * 1.5) {
                 let (x, y) = chart.backend_coord(&(mb, (a_lo - 2.0).max(0.0)));
-                root.draw(&Text::new(significant(mb), (x, y + 6), label_style(HPos::Center, VPos::Top))).map_err(err)?;
+                root.draw(&Text::new(significant(mb), (x, y + 6), label_style(HPos::Center, VPos::Top)))
+                    .map_err(err)?;
             }
-            let front: Vec<(f64, f64)> = pareto_front(&points.iter().map(|p| p.2).collect::<Vec<_>>()).into_iter().map(|i| points[i].2).collect();
-            chart.draw_series(DashedLineSeries::new(front.clone(), 6, 4, BLACK.mix(0.7).stroke_width(1))).map_err(err)?;
+            let front: Vec<(f64, f64)> = pareto_front(&points.iter().map(|p| p.2).collect::<Vec<_>>())
+                .into_iter()
+                .map(|i| points[i].2)
+                .collect();
+            chart
+                .draw_series(DashedLineSeries::new(front.clone(), 6, 4, BLACK.mix(0.7).stroke_width(1)))
+                .map_err(err)?;
             chart.draw_series(front.iter().map(|p| Circle::new(*p, 8, BLACK.stroke_width(1)))).map_err(err)?;
             for (s, strategy, p) in &points {
                 let c = color(*s);
@@ -245,7 +301,13 @@ pub fn communication_vs_accuracy(table: &SettingTable) -> PlotResult<Option<Stri
                     .label(*strategy)
                     .legend(move |(x, y)| Circle::new((x + 6, y), 5, c.filled()));
             }
-            chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.9)).border_style(BLACK).draw().map_err(err)?;
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.9))
+                .border_style(BLACK)
+                .draw()
+                .map_err(err)?;
         }
         Ok(())
     })
@@ -258,7 +320,12 @@ pub fn stage_time(table: &SettingTable) -> PlotResult<Option<String>> {
     let bars: Vec<(String, [f64; 3])> = table
         .groups
         .iter()
-        .flat_map(|g| stage_breakdown(&g.runs).into_iter().enumerate().map(move |(s, t)| (format!("{} {} · stage {s}", g.model, g.strategy), t)))
+        .flat_map(|g| {
+            stage_breakdown(&g.runs)
+                .into_iter()
+                .enumerate()
+                .map(move |(s, t)| (format!("{} {} · stage {s}", g.model, g.strategy), t))
+        })
         .collect();
     if bars.is_empty() {
         return Ok(None);
@@ -298,7 +365,13 @@ pub fn stage_time(table: &SettingTable) -> PlotResult<Option<String>> {
             let (x, y) = chart.backend_coord(&(0.0, (n - 1 - i) as f64 + 0.5));
             root.draw(&Text::new(name.clone(), (x - 8, y), label_style(HPos::Right, VPos::Center))).map_err(err)?;
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.9)).border_style(BLACK).draw().map_err(err)
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)
     })
     .map(Some)
 }

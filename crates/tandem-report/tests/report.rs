@@ -13,7 +13,9 @@ use tandem_train::{ClassificationMetrics, ConfusionMatrix, EpochRecord};
 /// Two balanced classes of 100 samples, `correct` of each right: accuracy, precision and recall
 /// are all `correct / 100`.
 fn metrics(correct: u64) -> ClassificationMetrics {
-    ClassificationMetrics::from_confusion(ConfusionMatrix { counts: vec![vec![correct, 100 - correct], vec![100 - correct, correct]] })
+    ClassificationMetrics::from_confusion(ConfusionMatrix {
+        counts: vec![vec![correct, 100 - correct], vec![100 - correct, correct]],
+    })
 }
 
 /// `accuracies.len()` epochs of `seconds` each, 10 steps each, with `extra` as strategy figures.
@@ -51,7 +53,15 @@ struct RunSpec<'a> {
 
 impl<'a> RunSpec<'a> {
     fn new(model: &'a str, strategy: &'a str, seed: u64, epoch_seconds: f64, accuracies: &'a [u64]) -> Self {
-        Self { model, strategy, seed, machine: "test machine, 2 logical cores", epoch_seconds, accuracies, extra: json!({}) }
+        Self {
+            model,
+            strategy,
+            seed,
+            machine: "test machine, 2 logical cores",
+            epoch_seconds,
+            accuracies,
+            extra: json!({}),
+        }
     }
 }
 
@@ -127,7 +137,10 @@ fn groups_aggregate_over_seeds_and_speedups_pair_with_the_same_seed_and_setting(
     write_run(root.path(), RunSpec::new("cnn", "sequential", 1, 50.0, &[70, 80]));
     write_run(root.path(), RunSpec::new("cnn", "sequential", 2, 60.0, &[70, 82]));
     let dp = json!({ "bytes_per_step": 1000.0, "communication_share": 0.25, "bytes_sent_per_replica_per_step": 500.0 });
-    write_run(root.path(), RunSpec { extra: dp.clone(), ..RunSpec::new("cnn", "data-parallel-2x-tree", 1, 25.0, &[70, 81]) });
+    write_run(
+        root.path(),
+        RunSpec { extra: dp.clone(), ..RunSpec::new("cnn", "data-parallel-2x-tree", 1, 25.0, &[70, 81]) },
+    );
     write_run(root.path(), RunSpec { extra: dp, ..RunSpec::new("cnn", "data-parallel-2x-tree", 2, 40.0, &[70, 79]) });
     // Same model and seed on another machine: a setting of its own, never paired with the above.
     write_run(root.path(), RunSpec { machine: "other machine", ..RunSpec::new("cnn", "sequential", 1, 1.0, &[60]) });
@@ -164,7 +177,8 @@ fn failed_interrupted_and_unreadable_runs_are_listed_and_not_averaged() {
     let root = tempfile::tempdir().unwrap();
     write_run(root.path(), RunSpec::new("gru", "sequential", 1, 10.0, &[80]));
     let failed = write_run(root.path(), RunSpec::new("gru", "sequential", 2, 10.0, &[30]));
-    let mut s: RunSummary = serde_json::from_str(&std::fs::read_to_string(failed.join("summary.json")).unwrap()).unwrap();
+    let mut s: RunSummary =
+        serde_json::from_str(&std::fs::read_to_string(failed.join("summary.json")).unwrap()).unwrap();
     s.status = RunStatus::Failed;
     s.error = Some("stage 1 failed at step 3 of epoch 1: boom".into());
     write_json(&failed.join("summary.json"), &s).unwrap();
@@ -219,7 +233,8 @@ fn mp_extra() -> Value {
 /// The text of every `<text>` element of an SVG, after checking it parses as XML with an `svg` root.
 fn svg_texts(path: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
-    let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{} is not well-formed XML: {e}", path.display()));
+    let doc =
+        roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{} is not well-formed XML: {e}", path.display()));
     assert_eq!(doc.root_element().tag_name().name(), "svg", "{}", path.display());
     doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::to_string).collect()
 }
@@ -230,14 +245,25 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     for (seed, slow) in [(1, 0.0), (2, 2.0)] {
         for model in ["cnn", "lstm"] {
             write_run(root.path(), RunSpec::new(model, "sequential", seed, 20.0 + slow, &[60, 70, 75]));
-            let dp = json!({ "bytes_per_step": 1e6, "communication_share": 0.2, "bytes_sent_per_replica_per_step": 5e5 });
-            write_run(root.path(), RunSpec { extra: dp, ..RunSpec::new(model, "data-parallel-2x-tree", seed, 12.0 + slow, &[61, 71, 74]) });
-            write_run(root.path(), RunSpec { extra: mp_extra(), ..RunSpec::new(model, "model-parallel-2s-gpipe-4m", seed, 15.0, &[59, 69, 76]) });
+            let dp =
+                json!({ "bytes_per_step": 1e6, "communication_share": 0.2, "bytes_sent_per_replica_per_step": 5e5 });
+            write_run(
+                root.path(),
+                RunSpec { extra: dp, ..RunSpec::new(model, "data-parallel-2x-tree", seed, 12.0 + slow, &[61, 71, 74]) },
+            );
+            write_run(
+                root.path(),
+                RunSpec {
+                    extra: mp_extra(),
+                    ..RunSpec::new(model, "model-parallel-2s-gpipe-4m", seed, 15.0, &[59, 69, 76])
+                },
+            );
         }
     }
     let out = root.path().join("report");
     let files = tandem_report::write_report(&[root.path().to_path_buf()], &out).unwrap();
-    let names: Vec<String> = files.plots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> =
+        files.plots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["speedup.svg", "accuracy-time.svg", "communication-accuracy.svg", "stage-time.svg"]);
     let has = |texts: &[String], s: &str| texts.iter().any(|t| t.contains(s));
 
@@ -254,7 +280,13 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     assert!(has(&comm, "data-parallel-2x-tree") && has(&comm, "model-parallel-2s-gpipe-4m"));
     assert!(!comm.iter().any(|t| t == "sequential"), "only strategies that communicate are plotted");
     let stages = svg_texts(&out.join("stage-time.svg"));
-    for s in ["compute", "transfer", "idle", "cnn model-parallel-2s-gpipe-4m · stage 0", "lstm model-parallel-2s-gpipe-4m · stage 1"] {
+    for s in [
+        "compute",
+        "transfer",
+        "idle",
+        "cnn model-parallel-2s-gpipe-4m · stage 0",
+        "lstm model-parallel-2s-gpipe-4m · stage 1",
+    ] {
         assert!(has(&stages, s), "stage plot lacks {s}: {stages:?}");
     }
 
@@ -277,14 +309,32 @@ fn the_pareto_front_keeps_only_undominated_points() {
 #[test]
 fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_equal_syncs() {
     let root = tempfile::tempdir().unwrap();
-    write_run(root.path(), RunSpec { extra: mp_extra(), ..RunSpec::new("gru", "model-parallel-2s-gpipe-4m", 1, 50.0, &[80]) });
+    write_run(
+        root.path(),
+        RunSpec { extra: mp_extra(), ..RunSpec::new("gru", "model-parallel-2s-gpipe-4m", 1, 50.0, &[80]) },
+    );
     let sync = |predictor: &str, syncs: f64| json!({ "bytes_per_step": 400.0, "predictor": predictor, "trigger": "periodic", "sync_steps": syncs });
-    write_run(root.path(), RunSpec { extra: sync("holt", 1.0), ..RunSpec::new("gru", "predictive-sync-holt-periodic10", 1, 10.0, &[78]) });
-    write_run(root.path(), RunSpec { extra: sync("static", 1.0), ..RunSpec::new("gru", "predictive-sync-static-periodic10", 1, 9.0, &[75]) });
-    write_run(root.path(), RunSpec { extra: sync("ema", 5.0), ..RunSpec::new("gru", "predictive-sync-ema-adaptive", 1, 20.0, &[79]) });
+    write_run(
+        root.path(),
+        RunSpec { extra: sync("holt", 1.0), ..RunSpec::new("gru", "predictive-sync-holt-periodic10", 1, 10.0, &[78]) },
+    );
+    write_run(
+        root.path(),
+        RunSpec {
+            extra: sync("static", 1.0),
+            ..RunSpec::new("gru", "predictive-sync-static-periodic10", 1, 9.0, &[75])
+        },
+    );
+    write_run(
+        root.path(),
+        RunSpec { extra: sync("ema", 5.0), ..RunSpec::new("gru", "predictive-sync-ema-adaptive", 1, 20.0, &[79]) },
+    );
     // 40× less communication, 5.6× faster, 2 points lost: meets the target.
     let fast = json!({ "bytes_per_step": 100.0, "predictor": "velocity", "trigger": "periodic", "sync_steps": 1.0 });
-    write_run(root.path(), RunSpec { extra: fast, ..RunSpec::new("gru", "predictive-sync-velocity-periodic27", 1, 9.0, &[78]) });
+    write_run(
+        root.path(),
+        RunSpec { extra: fast, ..RunSpec::new("gru", "predictive-sync-velocity-periodic27", 1, 9.0, &[78]) },
+    );
 
     let runs = collect_runs(&[root.path().to_path_buf()]).unwrap();
     let tables = summarize(&runs);
@@ -298,7 +348,10 @@ fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_eq
     let (versus, gain) = holt.versus_static.clone().unwrap();
     assert_eq!(versus, "predictive-sync-static-periodic10");
     assert!((gain - 3.0).abs() < 1e-9);
-    assert!(comparisons.iter().find(|c| c.predictor == "ema").unwrap().versus_static.is_none(), "no static run with 5 syncs");
+    assert!(
+        comparisons.iter().find(|c| c.predictor == "ema").unwrap().versus_static.is_none(),
+        "no static run with 5 syncs"
+    );
 
     let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
     let md = std::fs::read_to_string(files.markdown).unwrap();

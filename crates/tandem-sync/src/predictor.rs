@@ -107,9 +107,14 @@ impl PredictorConfig {
             Self::Static => vec![],
             Self::Velocity { damping } => vec![set("damping", damping, one())],
             Self::Ema { alpha } => vec![set("alpha", alpha, ema_alpha())],
-            Self::Holt { alpha, beta, phi } => vec![set("alpha", alpha, holt_alpha()), set("beta", beta, holt_beta()), set("phi", phi, holt_phi())],
+            Self::Holt { alpha, beta, phi } => {
+                vec![set("alpha", alpha, holt_alpha()), set("beta", beta, holt_beta()), set("phi", phi, holt_phi())]
+            }
             Self::LeastSquares { window: w } => vec![(w != window()).then(|| format!("-window{w}"))],
-            Self::Kalman { level_noise, trend_noise } => vec![set("level_noise", level_noise, self::level_noise()), set("trend_noise", trend_noise, self::trend_noise())],
+            Self::Kalman { level_noise, trend_noise } => vec![
+                set("level_noise", level_noise, self::level_noise()),
+                set("trend_noise", trend_noise, self::trend_noise()),
+            ],
         };
         settings.into_iter().flatten().fold(self.name().to_string(), |label, s| label + &s)
     }
@@ -118,14 +123,22 @@ impl PredictorConfig {
     pub fn validate(&self) -> Result<(), String> {
         let unit = |name: &str, v: f64, closed_low: bool| {
             let ok = if closed_low { (0.0..=1.0).contains(&v) } else { v > 0.0 && v <= 1.0 };
-            if ok { Ok(()) } else { Err(format!("predictor `{name}` must be in {}, 1], got {v}", if closed_low { "[0" } else { "(0" })) }
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("predictor `{name}` must be in {}, 1], got {v}", if closed_low { "[0" } else { "(0" }))
+            }
         };
         match *self {
             Self::Static => Ok(()),
             Self::Velocity { damping } => unit("damping", damping, true),
             Self::Ema { alpha } => unit("alpha", alpha, false),
-            Self::Holt { alpha, beta, phi } => unit("alpha", alpha, false).and(unit("beta", beta, true)).and(unit("phi", phi, true)),
-            Self::LeastSquares { window } if !(2..=64).contains(&window) => Err(format!("predictor `window` must be in [2, 64], got {window}")),
+            Self::Holt { alpha, beta, phi } => {
+                unit("alpha", alpha, false).and(unit("beta", beta, true)).and(unit("phi", phi, true))
+            }
+            Self::LeastSquares { window } if !(2..=64).contains(&window) => {
+                Err(format!("predictor `window` must be in [2, 64], got {window}"))
+            }
             Self::LeastSquares { .. } => Ok(()),
             Self::Kalman { level_noise, trend_noise } => {
                 for (name, v) in [("level_noise", level_noise), ("trend_noise", trend_noise)] {
@@ -151,12 +164,20 @@ enum State<B: Backend> {
     Empty,
     /// Velocity: the last update. EMA: the average.
     One(Tensor<B, 1>),
-    Holt { level: Tensor<B, 1>, trend: Tensor<B, 1> },
+    Holt {
+        level: Tensor<B, 1>,
+        trend: Tensor<B, 1>,
+    },
     Window(VecDeque<Tensor<B, 1>>),
     /// Level and trend per element; `p` is their 2 × 2 covariance (shared by all elements, in
     /// units of the observation variance, which does not depend on the data); `noise` tracks the
     /// observation variance itself from the innovations.
-    Kalman { level: Tensor<B, 1>, trend: Tensor<B, 1>, p: [[f64; 2]; 2], noise: f64 },
+    Kalman {
+        level: Tensor<B, 1>,
+        trend: Tensor<B, 1>,
+        p: [[f64; 2]; 2],
+        noise: f64,
+    },
 }
 
 impl<B: Backend> Forecaster<B> {
@@ -170,7 +191,9 @@ impl<B: Backend> Forecaster<B> {
         self.state = match (&self.config, state) {
             (PredictorConfig::Static, _) => State::Empty,
             (PredictorConfig::Velocity { .. }, _) => State::One(delta),
-            (PredictorConfig::Ema { alpha }, State::One(avg)) => State::One(delta.mul_scalar(*alpha) + avg.mul_scalar(1.0 - alpha)),
+            (PredictorConfig::Ema { alpha }, State::One(avg)) => {
+                State::One(delta.mul_scalar(*alpha) + avg.mul_scalar(1.0 - alpha))
+            }
             (PredictorConfig::Ema { .. }, _) => State::One(delta),
             (&PredictorConfig::Holt { alpha, beta, phi }, State::Holt { level, trend }) => {
                 let damped = trend.mul_scalar(phi);
@@ -207,7 +230,12 @@ impl<B: Backend> Forecaster<B> {
                     [(1.0 - k0) * pp[0][0], (1.0 - k0) * pp[0][1]],
                     [pp[1][0] - k1 * pp[0][0], pp[1][1] - k1 * pp[0][1]],
                 ];
-                State::Kalman { level: predicted + innovation.clone().mul_scalar(k0), trend: trend + innovation.mul_scalar(k1), p, noise }
+                State::Kalman {
+                    level: predicted + innovation.clone().mul_scalar(k0),
+                    trend: trend + innovation.mul_scalar(k1),
+                    p,
+                    noise,
+                }
             }
             (PredictorConfig::Kalman { .. }, _) => {
                 let noise = mean_square(&delta).max(1e-30);
@@ -221,14 +249,18 @@ impl<B: Backend> Forecaster<B> {
     pub fn forecast(&self, h: usize) -> Option<Tensor<B, 1>> {
         let h = h.max(1);
         match (&self.config, &self.state) {
-            (&PredictorConfig::Velocity { damping }, State::One(last)) => Some(last.clone().mul_scalar(damping.powi(h as i32))),
+            (&PredictorConfig::Velocity { damping }, State::One(last)) => {
+                Some(last.clone().mul_scalar(damping.powi(h as i32)))
+            }
             (PredictorConfig::Ema { .. }, State::One(avg)) => Some(avg.clone()),
             (&PredictorConfig::Holt { phi, .. }, State::Holt { level, trend }) => {
                 let damping: f64 = (1..=h).map(|i| phi.powi(i as i32)).sum();
                 Some(level.clone() + trend.clone().mul_scalar(damping))
             }
             (PredictorConfig::LeastSquares { .. }, State::Window(history)) => Some(least_squares(history, h)),
-            (PredictorConfig::Kalman { .. }, State::Kalman { level, trend, .. }) => Some(level.clone() + trend.clone().mul_scalar(h as f64)),
+            (PredictorConfig::Kalman { .. }, State::Kalman { level, trend, .. }) => {
+                Some(level.clone() + trend.clone().mul_scalar(h as f64))
+            }
             _ => None,
         }
     }

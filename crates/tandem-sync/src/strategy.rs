@@ -61,17 +61,32 @@ impl PredictiveSyncConfig {
         };
         let mp = self.model_parallel.label();
         let replay = if self.replay_batches > 0 { format!("-replay{}", self.replay_batches) } else { String::new() };
-        format!("predictive-sync-{}-{trigger}{replay}{}", self.predictor.label(), mp.trim_start_matches("model-parallel"))
+        format!(
+            "predictive-sync-{}-{trigger}{replay}{}",
+            self.predictor.label(),
+            mp.trim_start_matches("model-parallel")
+        )
     }
 
     /// The strategy: `model` cut into stages on `devices`, each stage with its own policy. In a
     /// multi-process job (`ranks`), `devices` are this rank's, one per stage it runs.
-    pub fn build<B: AutodiffBackend>(&self, model: Classifier<B>, train: &TrainConfig, devices: Vec<B::Device>, profile_data: &Encoded, ranks: Option<&dyn Ranks>) -> Result<ModelParallel<B>, String> {
+    pub fn build<B: AutodiffBackend>(
+        &self,
+        model: Classifier<B>,
+        train: &TrainConfig,
+        devices: Vec<B::Device>,
+        profile_data: &Encoded,
+        ranks: Option<&dyn Ranks>,
+    ) -> Result<ModelParallel<B>, String> {
         self.validate()?;
         let stages = self.model_parallel.stages;
-        let policies = (0..stages).map(|_| Box::new(PredictivePolicy::<B>::new(&self.predictor, &self.trigger)) as Box<dyn StepPolicy<B>>).collect();
+        let policies = (0..stages)
+            .map(|_| Box::new(PredictivePolicy::<B>::new(&self.predictor, &self.trigger)) as Box<dyn StepPolicy<B>>)
+            .collect();
         let strategy = match ranks {
-            Some(ranks) => ModelParallel::across_ranks(model, train, &self.model_parallel, devices, profile_data, ranks)?,
+            Some(ranks) => {
+                ModelParallel::across_ranks(model, train, &self.model_parallel, devices, profile_data, ranks)?
+            }
             None => ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?,
         };
         Ok(strategy.with_policies(policies)?.with_replay(self.replay_batches))
@@ -144,7 +159,10 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
     fn wants_sync(&mut self, stage: &Stage<B>) -> bool {
         let vote = self.trigger.wants_sync(&self.evidence(stage));
         // A stage that asks for a sync its peers cannot foresee sends one alert.
-        if vote && self.trigger.counts().1 > 0 && matches!(self.trigger_config(), TriggerConfig::SafeZone { .. } | TriggerConfig::Adaptive { .. }) {
+        if vote
+            && self.trigger.counts().1 > 0
+            && matches!(self.trigger_config(), TriggerConfig::SafeZone { .. } | TriggerConfig::Adaptive { .. })
+        {
             self.epoch.control_bytes += CONTROL_BYTES;
         }
         vote
@@ -247,7 +265,11 @@ impl<B: AutodiffBackend, I: Iterator<Item = Option<Tensor<B::InnerBackend, 1>>>>
             let trainable = t.is_require_grad();
             let shape = t.shape();
             let moved = Tensor::from_inner(t.inner() + update.reshape(shape));
-            if trainable { moved.require_grad() } else { moved }
+            if trainable {
+                moved.require_grad()
+            } else {
+                moved
+            }
         })
     }
 }

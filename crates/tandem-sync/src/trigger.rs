@@ -70,9 +70,17 @@ impl TriggerConfig {
 
     /// Checks values serde cannot; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
-        let horizon = |h: usize| if (1..=100_000).contains(&h) { Ok(()) } else { Err(format!("trigger `max_horizon` must be in [1, 100000], got {h}")) };
+        let horizon = |h: usize| {
+            if (1..=100_000).contains(&h) {
+                Ok(())
+            } else {
+                Err(format!("trigger `max_horizon` must be in [1, 100000], got {h}"))
+            }
+        };
         match *self {
-            Self::Periodic { every } if !(1..=100_000).contains(&every) => Err(format!("trigger `every` must be in [1, 100000], got {every}")),
+            Self::Periodic { every } if !(1..=100_000).contains(&every) => {
+                Err(format!("trigger `every` must be in [1, 100000], got {every}"))
+            }
             Self::Periodic { .. } => Ok(()),
             Self::Adaptive { low, high, max_horizon } => {
                 if !(low > 0.0 && low < high && high.is_finite()) {
@@ -91,7 +99,9 @@ impl TriggerConfig {
                 }
                 horizon(max_horizon)
             }
-            Self::Budget { fraction } if !(fraction > 0.0 && fraction <= 1.0) => Err(format!("trigger `fraction` must be in (0, 1], got {fraction}")),
+            Self::Budget { fraction } if !(fraction > 0.0 && fraction <= 1.0) => {
+                Err(format!("trigger `fraction` must be in (0, 1], got {fraction}"))
+            }
             Self::Budget { .. } => Ok(()),
         }
     }
@@ -124,7 +134,15 @@ pub struct Trigger {
 
 impl Trigger {
     pub fn new(config: &TriggerConfig) -> Self {
-        Self { config: config.clone(), steps: 0, syncs: 0, since_sync: 0, horizon: 1, last_loss: None, update_norms: (0.0, 0) }
+        Self {
+            config: config.clone(),
+            steps: 0,
+            syncs: 0,
+            since_sync: 0,
+            horizon: 1,
+            last_loss: None,
+            update_norms: (0.0, 0),
+        }
     }
 
     /// Whether this stage asks for the coming step to be a sync step. The first step always is:
@@ -137,8 +155,11 @@ impl Trigger {
             TriggerConfig::Periodic { every } => self.since_sync + 1 >= every,
             TriggerConfig::Adaptive { .. } => self.since_sync >= self.horizon,
             TriggerConfig::SafeZone { threshold, auto_factor, max_horizon } => {
-                let limit = threshold.unwrap_or_else(|| auto_factor * self.update_norms.0 / self.update_norms.1.max(1) as f64);
-                self.since_sync >= max_horizon || evidence.drift > limit || evidence.uncertainty.is_some_and(|u| u > limit)
+                let limit =
+                    threshold.unwrap_or_else(|| auto_factor * self.update_norms.0 / self.update_norms.1.max(1) as f64);
+                self.since_sync >= max_horizon
+                    || evidence.drift > limit
+                    || evidence.uncertainty.is_some_and(|u| u > limit)
             }
             // Sync whenever the syncs so far fall short of the budget for the steps so far.
             TriggerConfig::Budget { fraction } => (self.syncs as f64) < fraction * (self.steps + 1) as f64,

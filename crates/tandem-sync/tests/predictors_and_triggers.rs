@@ -71,7 +71,9 @@ fn static_forecasts_no_change_and_nothing_forecasts_without_history() {
     let mut f = Forecaster::<B>::new(&PredictorConfig::Static);
     observe_linear(&mut f, 3);
     assert!(f.forecast(1).is_none(), "static leaves the parameters where the last real step put them");
-    for config in [PredictorConfig::Velocity { damping: 1.0 }, PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }] {
+    for config in
+        [PredictorConfig::Velocity { damping: 1.0 }, PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }]
+    {
         assert!(Forecaster::<B>::new(&config).forecast(1).is_none());
     }
 }
@@ -89,7 +91,9 @@ fn kalman_converges_on_a_linear_trajectory_and_grows_less_sure_with_the_horizon(
     let mut f = Forecaster::<B>::new(&PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 });
     // Starts from a wrong first update, then sees the true slope.
     f.observe(tensor(&[5.0, 5.0, 5.0]));
-    let error = |f: &Forecaster<B>| values(f.forecast(1).unwrap()).iter().zip(SLOPE).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let error = |f: &Forecaster<B>| {
+        values(f.forecast(1).unwrap()).iter().zip(SLOPE).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max)
+    };
     let start = error(&f);
     let mut errors = Vec::new();
     for _ in 0..60 {
@@ -134,7 +138,11 @@ fn sync_steps(config: &TriggerConfig, steps: usize, evidence: impl Fn(usize) -> 
 #[test]
 fn periodic_and_budget_triggers_sync_on_schedule() {
     let calm = |_| Evidence::default();
-    assert_eq!(sync_steps(&TriggerConfig::Periodic { every: 1 }, 5, calm), vec![0, 1, 2, 3, 4], "every step: vanilla model parallelism");
+    assert_eq!(
+        sync_steps(&TriggerConfig::Periodic { every: 1 }, 5, calm),
+        vec![0, 1, 2, 3, 4],
+        "every step: vanilla model parallelism"
+    );
     assert_eq!(sync_steps(&TriggerConfig::Periodic { every: 4 }, 10, calm), vec![0, 4, 8]);
     let budget = sync_steps(&TriggerConfig::Budget { fraction: 0.1 }, 100, calm);
     assert_eq!(budget.len(), 10);
@@ -171,7 +179,8 @@ fn the_safe_zone_syncs_when_drift_or_uncertainty_leaves_it() {
     // Fixed threshold 1.0: drift grows by 0.3 per predicted step, so steps 1-3 stay inside
     // (0.3, 0.6, 0.9), step 4 (1.2) leaves the zone.
     let fixed = TriggerConfig::SafeZone { threshold: Some(1.0), auto_factor: 8.0, max_horizon: 100 };
-    let drift = |t: usize| Evidence { drift: 0.3 * (t % 4) as f64 + if t % 4 == 0 { 1.2 } else { 0.0 }, uncertainty: None };
+    let drift =
+        |t: usize| Evidence { drift: 0.3 * (t % 4) as f64 + if t % 4 == 0 { 1.2 } else { 0.0 }, uncertainty: None };
     assert_eq!(sync_steps(&fixed, 9, drift), vec![0, 4, 8]);
     // Automatic threshold: auto_factor × the mean real update norm (1.0 in `sync_steps`).
     let auto = TriggerConfig::SafeZone { threshold: None, auto_factor: 2.5, max_horizon: 100 };
@@ -191,5 +200,8 @@ fn trigger_configs_parse_and_refuse_bad_values() {
     assert!(TriggerConfig::Periodic { every: 0 }.validate().unwrap_err().contains("every"));
     assert!(TriggerConfig::Budget { fraction: 1.5 }.validate().unwrap_err().contains("fraction"));
     assert!(TriggerConfig::Adaptive { low: 2.0, high: 1.0, max_horizon: 4 }.validate().unwrap_err().contains("low"));
-    assert!(TriggerConfig::SafeZone { threshold: Some(-1.0), auto_factor: 1.0, max_horizon: 4 }.validate().unwrap_err().contains("threshold"));
+    assert!(TriggerConfig::SafeZone { threshold: Some(-1.0), auto_factor: 1.0, max_horizon: 4 }
+        .validate()
+        .unwrap_err()
+        .contains("threshold"));
 }

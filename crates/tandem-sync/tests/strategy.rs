@@ -3,7 +3,9 @@
 use burn::backend::{Autodiff, NdArray};
 use tandem_parallel::{ModelParallel, ModelParallelConfig, Schedule};
 use tandem_sync::{PredictiveSyncConfig, PredictorConfig, TriggerConfig};
-use tandem_train::testing::{exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data};
+use tandem_train::testing::{
+    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
+};
 use tandem_train::Strategy;
 
 type B = Autodiff<NdArray>;
@@ -16,7 +18,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn mp() -> ModelParallelConfig {
-    ModelParallelConfig { stages: 2, cuts: Some(vec![1]), schedule: Schedule::GPipe, micro_batches: 3, ..Default::default() }
+    ModelParallelConfig {
+        stages: 2,
+        cuts: Some(vec![1]),
+        schedule: Schedule::GPipe,
+        micro_batches: 3,
+        ..Default::default()
+    }
 }
 
 fn sync_config(predictor: PredictorConfig, trigger: TriggerConfig) -> PredictiveSyncConfig {
@@ -30,20 +38,37 @@ fn a_sync_on_every_step_is_vanilla_model_parallelism() {
     let train = exact_train_config();
     for config in small_models() {
         let name = config.architecture().name();
-        let mut vanilla = ModelParallel::<B>::new(initial_model(&config, vocab_size), &train, &mp(), vec![Default::default(); 2], &data).unwrap();
+        let mut vanilla = ModelParallel::<B>::new(
+            initial_model(&config, vocab_size),
+            &train,
+            &mp(),
+            vec![Default::default(); 2],
+            &data,
+        )
+        .unwrap();
         let expected = one_epoch(&mut vanilla, &data, &train);
         for predictor in [PredictorConfig::default(), PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }] {
             let sync = sync_config(predictor.clone(), TriggerConfig::Periodic { every: 1 });
-            let mut strategy = sync.build::<B>(initial_model(&config, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
+            let mut strategy = sync
+                .build::<B>(initial_model(&config, vocab_size), &train, vec![Default::default(); 2], &data, None)
+                .unwrap();
             let got = one_epoch(&mut strategy, &data, &train);
             let diff = relative_difference(&strategy.model().parameter_values(), &vanilla.model().parameter_values());
             // Bit-identical in every local run; one CI run (of ~17) saw 1.3e-6 on the LSTM, whose
             // time loop is now one autodiff node (source not found yet), so: rounding-level equal.
             assert!(diff <= 1e-5, "{name}, {}: parameters differ by {diff:e}", predictor.name());
-            assert!((got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs().max(1.0), "{name}: loss {} vs {}", got.loss, expected.loss);
+            assert!(
+                (got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs().max(1.0),
+                "{name}: loss {} vs {}",
+                got.loss,
+                expected.loss
+            );
             assert_eq!(got.extra["sync_steps"], serde_json::json!(14));
             assert_eq!(got.extra["predicted_steps"], serde_json::json!(0));
-            assert_eq!(got.extra["bytes_per_step"], expected.extra["bytes_per_step"], "periodic triggers send no control messages");
+            assert_eq!(
+                got.extra["bytes_per_step"], expected.extra["bytes_per_step"],
+                "periodic triggers send no control messages"
+            );
         }
     }
 }
@@ -56,11 +81,14 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let cnn = &small_models()[0];
     let run = |predictor: PredictorConfig| {
         let sync = sync_config(predictor, TriggerConfig::Periodic { every: 4 });
-        let mut strategy = sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
+        let mut strategy =
+            sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
         let stats = one_epoch(&mut strategy, &data, &train);
         (stats, strategy.model().parameter_values())
     };
-    let mut vanilla = ModelParallel::<B>::new(initial_model(cnn, vocab_size), &train, &mp(), vec![Default::default(); 2], &data).unwrap();
+    let mut vanilla =
+        ModelParallel::<B>::new(initial_model(cnn, vocab_size), &train, &mp(), vec![Default::default(); 2], &data)
+            .unwrap();
     let full = one_epoch(&mut vanilla, &data, &train);
     let (fixed, fixed_params) = run(PredictorConfig::Static);
     let (moving, moving_params) = run(PredictorConfig::Velocity { damping: 1.0 });
@@ -78,7 +106,10 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let synced_samples = 12.0 * 4.0;
     let ratio = fixed.extra["bytes_per_step"].as_f64().unwrap() / full.extra["bytes_per_step"].as_f64().unwrap();
     assert!((ratio - synced_samples / data.len() as f64).abs() < 1e-9, "bytes ratio {ratio}");
-    assert!(relative_difference(&moving_params, &fixed_params) > 1e-4, "velocity moves the parameters on skipped steps; static does not");
+    assert!(
+        relative_difference(&moving_params, &fixed_params) > 1e-4,
+        "velocity moves the parameters on skipped steps; static does not"
+    );
 }
 
 #[test]
@@ -88,8 +119,12 @@ fn a_replay_buffer_trains_the_kept_skipped_batches_at_the_next_sync() {
     let train = exact_train_config();
     let cnn = &small_models()[0];
     let run = |replay_batches: usize| {
-        let sync = PredictiveSyncConfig { replay_batches, ..sync_config(PredictorConfig::Static, TriggerConfig::Periodic { every: 4 }) };
-        let mut strategy = sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
+        let sync = PredictiveSyncConfig {
+            replay_batches,
+            ..sync_config(PredictorConfig::Static, TriggerConfig::Periodic { every: 4 })
+        };
+        let mut strategy =
+            sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
         one_epoch(&mut strategy, &data, &train)
     };
     let bytes = |stats: &tandem_train::TrainStats| stats.extra["bytes_per_step"].as_f64().unwrap();

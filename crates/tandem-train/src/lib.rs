@@ -26,7 +26,7 @@ pub use memory::keep_freed_memory;
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
-pub use step::{correct_predictions, evaluate, gradients, tested_gradients, Evaluation, loss};
+pub use step::{correct_predictions, evaluate, gradients, loss, tested_gradients, Evaluation};
 
 /// The `[train]` section of a manifest.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -239,7 +239,14 @@ pub fn train<B: AutodiffBackend>(
         let every = config.stream.as_ref().map_or(batches.len(), |s| s.eval_every);
         for range in evaluation_ranges(pass_start, batches.len(), every) {
             let first_step = pass_start + range.start;
-            let plan = EpochPlan { epoch, batches: batches[range.clone()].to_vec(), data: train, first_step, total_steps, on_batch };
+            let plan = EpochPlan {
+                epoch,
+                batches: batches[range.clone()].to_vec(),
+                data: train,
+                first_step,
+                total_steps,
+                on_batch,
+            };
             let started = Instant::now();
             let stats = strategy.train_epoch(&plan)?;
             let train_seconds = started.elapsed().as_secs_f64();

@@ -64,7 +64,11 @@ pub struct ClassificationMetrics {
 
 /// `num / den`, or 0 when the denominator is 0 (a class never predicted has precision 0, not NaN).
 fn ratio(num: f64, den: f64) -> f64 {
-    if den > 0.0 { num / den } else { 0.0 }
+    if den > 0.0 {
+        num / den
+    } else {
+        0.0
+    }
 }
 
 impl ClassificationMetrics {

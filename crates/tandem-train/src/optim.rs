@@ -4,14 +4,15 @@ use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{
-    Adam, AdamConfig, AdamState, AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams, Optimizer, SimpleOptimizer,
+    Adam, AdamConfig, AdamState, AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams, Optimizer,
+    SimpleOptimizer,
 };
 use burn::tensor::backend::{AutodiffBackend, Backend};
 
 use burn::tensor::{DType, ElementConversion, IndexingUpdateOp, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
 use tandem_models::wide::{self, Kernel};
 use tandem_models::Classifier;
-use serde::{Deserialize, Serialize};
 
 use crate::TrainConfig;
 
@@ -126,7 +127,14 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
     /// The update every strategy applies once its gradients are final: clip their global norm
     /// (if `config` asks for it), then step with the learning rate of optimizer step `step` of
     /// `total_steps`.
-    pub fn update(&mut self, config: &TrainConfig, module: M, mut grads: GradientsParams, step: usize, total_steps: usize) -> M {
+    pub fn update(
+        &mut self,
+        config: &TrainConfig,
+        module: M,
+        mut grads: GradientsParams,
+        step: usize,
+        total_steps: usize,
+    ) -> M {
         if let Some(max_norm) = config.grad_clip_norm {
             clip_gradient_norm(&module, &mut grads, max_norm);
         }
@@ -201,7 +209,8 @@ impl Kernel for AdamWStep<'_> {
 
     #[inline(always)]
     fn run(self) {
-        let ((beta_1, beta_2), (factor_1, factor_2), (correction_1, correction_2)) = (self.betas, self.factors, self.corrections);
+        let ((beta_1, beta_2), (factor_1, factor_2), (correction_1, correction_2)) =
+            (self.betas, self.factors, self.corrections);
         for (((p, m), v), &g) in self.values.iter_mut().zip(self.m.iter_mut()).zip(self.v.iter_mut()).zip(self.grad) {
             *m = *m * beta_1 + g * factor_1;
             *v = *v * beta_2 + g * g * factor_2;
@@ -218,8 +227,18 @@ impl Kernel for AdamWStep<'_> {
 impl<B: Backend> SimpleOptimizer<B> for HostAdamW {
     type State<const D: usize> = AdamWState<B, D>;
 
-    fn step<const D: usize>(&self, lr: f64, tensor: Tensor<B, D>, grad: Tensor<B, D>, state: Option<AdamWState<B, D>>) -> (Tensor<B, D>, Option<AdamWState<B, D>>) {
-        let f32_state = state.as_ref().is_none_or(|s| s.momentum.moment_1.dtype() == DType::F32 && s.momentum.moment_2.dtype() == DType::F32 && s.momentum.max_moment_2.is_none());
+    fn step<const D: usize>(
+        &self,
+        lr: f64,
+        tensor: Tensor<B, D>,
+        grad: Tensor<B, D>,
+        state: Option<AdamWState<B, D>>,
+    ) -> (Tensor<B, D>, Option<AdamWState<B, D>>) {
+        let f32_state = state.as_ref().is_none_or(|s| {
+            s.momentum.moment_1.dtype() == DType::F32
+                && s.momentum.moment_2.dtype() == DType::F32
+                && s.momentum.max_moment_2.is_none()
+        });
         if !(Self::one_pass_on::<B>() && f32_state && tensor.dtype() == DType::F32 && grad.dtype() == DType::F32) {
             return self.burn.step(lr, tensor, grad, state);
         }
@@ -285,7 +304,8 @@ impl<B: Backend> LazyRows<B> {
     /// `table` after one step with `grad`, on the rows where `grad` is non-zero.
     fn step(&mut self, lr: f64, table: Tensor<B, 2>, grad: Tensor<B, 2>) -> Tensor<B, 2> {
         let (m, v) = self.moments.take().unwrap_or_else(|| (table.zeros_like(), table.zeros_like()));
-        let rows: Tensor<B, 1, Int> = grad.clone().abs().sum_dim(1).squeeze_dim::<1>(1).greater_elem(0.0).argwhere().squeeze_dim(1);
+        let rows: Tensor<B, 1, Int> =
+            grad.clone().abs().sum_dim(1).squeeze_dim::<1>(1).greater_elem(0.0).argwhere().squeeze_dim(1);
         if rows.dims()[0] == 0 {
             self.moments = Some((m, v));
             self.time += 1;
@@ -293,7 +313,12 @@ impl<B: Backend> LazyRows<B> {
         }
         let pick = |t: &Tensor<B, 2>| t.clone().select(0, rows.clone());
         let (old_rows, old_m, old_v) = (pick(&table), pick(&m), pick(&v));
-        let momentum = AdaptiveMomentumState { time: self.time, moment_1: old_m.clone(), moment_2: old_v.clone(), max_moment_2: None };
+        let momentum = AdaptiveMomentumState {
+            time: self.time,
+            moment_1: old_m.clone(),
+            moment_2: old_v.clone(),
+            max_moment_2: None,
+        };
         let (new_rows, momentum) = match &self.rule {
             LazyRule::Adam(o) => {
                 let (rows, state) = o.step(lr, old_rows.clone(), pick(&grad), Some(AdamState::new(momentum)));
@@ -305,7 +330,9 @@ impl<B: Backend> LazyRows<B> {
             }
         };
         // Written back as increments: `select_assign` adds on every backend.
-        let update = |t: Tensor<B, 2>, new: Tensor<B, 2>, old: Tensor<B, 2>| t.select_assign(0, rows.clone(), new - old, IndexingUpdateOp::Add);
+        let update = |t: Tensor<B, 2>, new: Tensor<B, 2>, old: Tensor<B, 2>| {
+            t.select_assign(0, rows.clone(), new - old, IndexingUpdateOp::Add)
+        };
         self.moments = Some((update(m, momentum.moment_1, old_m), update(v, momentum.moment_2, old_v)));
         self.time = momentum.time;
         update(table, new_rows, old_rows)
@@ -391,5 +418,9 @@ pub fn clip_gradient_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// The factor that brings gradients of global norm `norm` down to at most `max_norm`
 /// (1 when they are already within it).
 pub fn clip_factor(norm: f64, max_norm: f64) -> f64 {
-    if norm > max_norm { max_norm / (norm + 1e-6) } else { 1.0 }
+    if norm > max_norm {
+        max_norm / (norm + 1e-6)
+    } else {
+        1.0
+    }
 }

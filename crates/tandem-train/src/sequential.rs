@@ -45,7 +45,14 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
             (plan.on_batch)(indices.len());
         }
         self.model = Some(model);
-        Ok(TrainStats { loss: loss_sum / samples.max(1) as f64, samples, steps: plan.batches.len(), tested: samples, correct, extra: Default::default() })
+        Ok(TrainStats {
+            loss: loss_sum / samples.max(1) as f64,
+            samples,
+            steps: plan.batches.len(),
+            tested: samples,
+            correct,
+            extra: Default::default(),
+        })
     }
 
     fn model(&self) -> Classifier<B> {

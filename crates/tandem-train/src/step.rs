@@ -46,20 +46,19 @@ pub struct Evaluation {
 }
 
 /// Evaluates `model` on every sample of `data` exactly once, in order.
-pub fn evaluate<B: Backend>(model: &Classifier<B>, data: &Encoded, batch_size: usize, device: &B::Device) -> Evaluation {
+pub fn evaluate<B: Backend>(
+    model: &Classifier<B>,
+    data: &Encoded,
+    batch_size: usize,
+    device: &B::Device,
+) -> Evaluation {
     let mut confusion = ConfusionMatrix::new(tandem_data::NUM_CLASSES);
     let mut loss_sum = 0.0;
     let order: Vec<usize> = (0..data.len()).collect();
     for indices in tandem_data::batches(&order, batch_size.max(1)) {
         let batch = data.batch::<B>(indices, device);
         let logits = model.forward(batch.tokens, &batch.mask_pad);
-        let predicted: Vec<usize> = logits
-            .clone()
-            .argmax(1)
-            .into_data()
-            .iter::<i64>()
-            .map(|p| p as usize)
-            .collect();
+        let predicted: Vec<usize> = logits.clone().argmax(1).into_data().iter::<i64>().map(|p| p as usize).collect();
         loss_sum += loss(logits, batch.labels).into_scalar().elem::<f64>() * indices.len() as f64;
         let truth: Vec<usize> = indices.iter().map(|&i| data.labels[i]).collect();
         confusion.add(&truth, &predicted);

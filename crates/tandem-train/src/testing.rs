@@ -47,10 +47,24 @@ pub fn toy_input(vocab_size: usize) -> InputSpec {
 /// CNN, LSTM, GRU and Transformer at toy sizes, dropout off.
 pub fn small_models() -> Vec<ModelConfig> {
     vec![
-        ModelConfig::Cnn(CnnConfig { embedding_dim: 16, filters: 8, kernel_widths: vec![2, 3], dropout: 0.0, ..Default::default() }),
+        ModelConfig::Cnn(CnnConfig {
+            embedding_dim: 16,
+            filters: 8,
+            kernel_widths: vec![2, 3],
+            dropout: 0.0,
+            ..Default::default()
+        }),
         ModelConfig::Lstm(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
         ModelConfig::Gru(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
-        ModelConfig::Transformer(TransformerConfig { d_model: 16, heads: 2, layers: 1, d_ff: 32, dropout: 0.0, embedding_dropout: 0.0, ..Default::default() }),
+        ModelConfig::Transformer(TransformerConfig {
+            d_model: 16,
+            heads: 2,
+            layers: 1,
+            d_ff: 32,
+            dropout: 0.0,
+            embedding_dropout: 0.0,
+            ..Default::default()
+        }),
     ]
 }
 
@@ -104,7 +118,11 @@ pub fn initial_model<B: Backend>(config: &ModelConfig, vocab_size: usize) -> Cla
 }
 
 /// One epoch over `data` in a fixed shuffled order, without the epoch loop's evaluation.
-pub fn one_epoch<B: AutodiffBackend>(strategy: &mut dyn Strategy<B>, data: &Encoded, config: &TrainConfig) -> TrainStats {
+pub fn one_epoch<B: AutodiffBackend>(
+    strategy: &mut dyn Strategy<B>,
+    data: &Encoded,
+    config: &TrainConfig,
+) -> TrainStats {
     let order: Vec<usize> = tandem_data::epoch_order(data.len(), 5, 0);
     let batches = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
     let total_steps = config.steps_per_epoch(data.len());

@@ -20,7 +20,11 @@ fn flat<B: Backend>(t: Tensor<B, 2>) -> Vec<f32> {
 
 /// Four steps with changing learning rates: parameters and both moments equal Burn's.
 fn host_adamw_equals_burns<B: Backend>() {
-    assert!(HostAdamW::one_pass_on::<B>(), "{} takes Burn's path: the test would prove nothing", std::any::type_name::<B>());
+    assert!(
+        HostAdamW::one_pass_on::<B>(),
+        "{} takes Burn's path: the test would prove nothing",
+        std::any::type_name::<B>()
+    );
     for weight_decay in [0.0, 0.01] {
         let config = TrainConfig { weight_decay, ..Default::default() };
         let host = HostAdamW::new(&config);

@@ -4,9 +4,12 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tolerance;
 use tandem_models::{Classifier, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
-use tandem_train::testing::{small_models, toy_data, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
-use tandem_train::{correct_predictions, gradients, train, EpochPlan, EpochRecord, Sequential, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats};
+use tandem_train::testing::{small_models, toy_data, TOY_MAX_LEN as MAX_LEN};
+use tandem_train::{
+    correct_predictions, gradients, train, EpochPlan, EpochRecord, Sequential, Strategy, StreamConfig, TrainConfig,
+    TrainError, TrainStats,
+};
 
 /// The backends' seeded RNG is process-global: tests that seed it must not interleave.
 static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -34,12 +37,20 @@ fn same_seed_gives_identical_metrics_on_ndarray() {
     // With dropout, so that the seeded RNG is drawn from during training too.
     let models = [
         ModelConfig::Gru(RecurrentConfig { embedding_dim: 8, hidden: 8, dropout: 0.3, ..Default::default() }),
-        ModelConfig::Transformer(TransformerConfig { d_model: 8, heads: 2, layers: 1, d_ff: 16, dropout: 0.1, ..Default::default() }),
+        ModelConfig::Transformer(TransformerConfig {
+            d_model: 8,
+            heads: 2,
+            layers: 1,
+            d_ff: 16,
+            dropout: 0.1,
+            ..Default::default()
+        }),
     ];
     for model in models {
         let a = run::<Autodiff<NdArray>>(&model, &config(2), 7);
         let b = run::<Autodiff<NdArray>>(&model, &config(2), 7);
-        let strip = |r: &[EpochRecord]| r.iter().map(|e| (e.train_loss, e.holdout_loss, e.holdout.clone())).collect::<Vec<_>>();
+        let strip =
+            |r: &[EpochRecord]| r.iter().map(|e| (e.train_loss, e.holdout_loss, e.holdout.clone())).collect::<Vec<_>>();
         assert_eq!(strip(&a), strip(&b), "{:?}", model.architecture());
         let c = run::<Autodiff<NdArray>>(&model, &config(2), 8);
         assert_ne!(strip(&a), strip(&c), "{:?}: a different seed should change the run", model.architecture());
@@ -81,7 +92,11 @@ fn flex_and_ndarray_agree_on_forward_and_gradients() {
 
         let (loss_nd, grads_nd) = gradients(&nd, batch_nd);
         let (loss_fx, grads_fx) = gradients(&fx, batch_fx);
-        assert!((loss_nd - loss_fx).abs() <= 1e-4 * loss_nd.abs(), "{:?}: loss {loss_nd} vs {loss_fx}", config.architecture());
+        assert!(
+            (loss_nd - loss_fx).abs() <= 1e-4 * loss_nd.abs(),
+            "{:?}: loss {loss_nd} vs {loss_fx}",
+            config.architecture()
+        );
         let (norm_nd, norm_fx) = (gradient_norm(&nd, &grads_nd), gradient_norm(&fx, &grads_fx));
         assert!(
             (norm_nd - norm_fx).abs() <= 1e-4 * norm_nd,
@@ -121,7 +136,13 @@ fn lazy_embedding_updates_touch_only_the_rows_in_the_batch() {
     const DIM: usize = 6;
     let device = Default::default();
     let input = InputSpec { vocab_size: VOCAB, max_len: 5, num_classes: 4 };
-    let model_config = ModelConfig::Cnn(tandem_models::CnnConfig { embedding_dim: DIM, filters: 3, kernel_widths: vec![2, 3], dropout: 0.0, ..Default::default() });
+    let model_config = ModelConfig::Cnn(tandem_models::CnnConfig {
+        embedding_dim: DIM,
+        filters: 3,
+        kernel_widths: vec![2, 3],
+        dropout: 0.0,
+        ..Default::default()
+    });
     let initial: Classifier<B> = model_config.init(&input, &device);
     // Every step sees tokens 2..=9 (no padding), so those rows get a gradient at every step.
     let ids: Vec<i64> = (0..4 * 5).map(|i| 2 + (i * 3 % 8) as i64).collect();
@@ -133,7 +154,13 @@ fn lazy_embedding_updates_touch_only_the_rows_in_the_batch() {
     };
     for optimizer in [OptimizerKind::Adam, OptimizerKind::Adamw] {
         let train = |update| {
-            let cfg = TrainConfig { optimizer, weight_decay: 0.05, learning_rate: 1e-2, embedding_update: update, ..Default::default() };
+            let cfg = TrainConfig {
+                optimizer,
+                weight_decay: 0.05,
+                learning_rate: 1e-2,
+                embedding_update: update,
+                ..Default::default()
+            };
             let mut model = initial.clone();
             let mut opt = AnyOptimizer::for_model(&cfg, &model);
             for _ in 0..4 {
@@ -142,18 +169,25 @@ fn lazy_embedding_updates_touch_only_the_rows_in_the_batch() {
             }
             model.parameter_values()
         };
-        let (dense, lazy, start) = (train(EmbeddingUpdate::Dense), train(EmbeddingUpdate::Lazy), initial.parameter_values());
+        let (dense, lazy, start) =
+            (train(EmbeddingUpdate::Dense), train(EmbeddingUpdate::Lazy), initial.parameter_values());
         let table = VOCAB * DIM; // the embedding table comes first in visiting order
         for (i, ((d, l), s)) in dense.iter().zip(&lazy).zip(&start).enumerate() {
             let touched = i >= table || (2..=9).contains(&(i / DIM));
             if touched {
-                assert!((d - l).abs() <= 1e-5 * d.abs().max(1.0), "{optimizer:?}: value {i} differs: dense {d}, lazy {l}");
+                assert!(
+                    (d - l).abs() <= 1e-5 * d.abs().max(1.0),
+                    "{optimizer:?}: value {i} differs: dense {d}, lazy {l}"
+                );
             } else {
                 assert_eq!(l, s, "{optimizer:?}: lazy moved untouched value {i}");
                 assert_ne!(d, s, "{optimizer:?}: dense weight decay should move value {i}");
             }
         }
-        assert!(lazy[2 * DIM..10 * DIM].iter().zip(&start[2 * DIM..10 * DIM]).any(|(l, s)| l != s), "touched rows moved");
+        assert!(
+            lazy[2 * DIM..10 * DIM].iter().zip(&start[2 * DIM..10 * DIM]).any(|(l, s)| l != s),
+            "touched rows moved"
+        );
     }
 }
 
@@ -216,7 +250,10 @@ fn a_stream_replays_one_order_and_is_evaluated_at_fixed_points() {
     assert_eq!(records.len(), 2);
     assert!(records.iter().all(|r| r.stream.is_none()));
     assert_ne!(batches[..10], batches[10..]);
-    assert!(TrainConfig { stream: Some(StreamConfig { eval_every: 0 }), ..config(1) }.validate().unwrap_err().contains("stream.eval_every"));
+    assert!(TrainConfig { stream: Some(StreamConfig { eval_every: 0 }), ..config(1) }
+        .validate()
+        .unwrap_err()
+        .contains("stream.eval_every"));
 }
 
 #[test]

@@ -77,10 +77,15 @@ d_ff = 16
 }
 
 /// Runs [`manifest`] on `backend` and `devices`, into a fresh temporary results root.
-pub fn run_tiny(data: &Path, backend: BackendKind, devices: &[&str]) -> (tempfile::TempDir, Result<Vec<RunSummary>, RunError>) {
+pub fn run_tiny(
+    data: &Path,
+    backend: BackendKind,
+    devices: &[&str],
+) -> (tempfile::TempDir, Result<Vec<RunSummary>, RunError>) {
     let out = tempfile::tempdir().unwrap();
     let m = Manifest::parse(&manifest(data, backend.name(), devices), Path::new("tiny.toml")).unwrap();
-    let options = RunOptions { backend: Some(backend), out: out.path().to_path_buf(), progress: false, ..Default::default() };
+    let options =
+        RunOptions { backend: Some(backend), out: out.path().to_path_buf(), progress: false, ..Default::default() };
     let result = run(&m, &options);
     (out, result)
 }
@@ -94,7 +99,8 @@ pub fn check_results(out: &Path, summaries: &[RunSummary], backend: BackendKind)
         for file in ["manifest.toml", "vocab.json", "epochs.jsonl", "summary.json", "model.bin"] {
             assert!(dir.join(file).is_file(), "{} missing in {}", file, dir.display());
         }
-        let on_disk: RunSummary = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+        let on_disk: RunSummary =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
         assert_eq!(&on_disk, s);
         assert_eq!(s.status, RunStatus::Finished);
         assert_eq!((s.backend.as_str(), s.seed, s.epochs_completed), (backend.name(), 1, 2));
