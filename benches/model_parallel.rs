@@ -39,10 +39,10 @@ fn main() {
         let seq = sequential(arch, &data, 1, BATCH, steps);
         let micro_seq = sequential(arch, &data, 1, BATCH / micro, steps);
         let none = Interconnect::Preset(Preset::Instant);
-        let (naive, naive_stats, cuts) = parallel(Schedule::Naive, none);
-        let (gpipe, gpipe_stats, _) = parallel(Schedule::GPipe, none);
-        let (one_f_one_b, one_f_one_b_stats, _) = parallel(Schedule::OneFOneB, none);
-        let (slow, _, _) = parallel(Schedule::GPipe, Interconnect::Preset(Preset::OneGbE));
+        let (naive, naive_stats, cuts) = parallel(Schedule::NAIVE, none);
+        let (gpipe, gpipe_stats, _) = parallel(Schedule::GPIPE, none);
+        let (one_f_one_b, one_f_one_b_stats, _) = parallel(Schedule::ONE_F_ONE_B, none);
+        let (slow, _, _) = parallel(Schedule::GPIPE, Interconnect::Preset(Preset::OneGbE));
         // Per stage: in the naive schedule the stages' idle shares show the balance of the cut.
         let bubble = |s: &TrainStats| {
             let stages = s.extra["bubble_fraction"].as_array().cloned().unwrap_or_default();

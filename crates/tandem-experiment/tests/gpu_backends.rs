@@ -203,7 +203,7 @@ fn strategies_agree_on<B: AutodiffBackend>(name: &str, device: B::Device) {
         let mut data_parallel =
             DataParallel::new(initial_model::<B>(&config, vocab_size), &train, &dp, vec![device.clone(); 2]).unwrap();
         let mp =
-            ModelParallelConfig { stages: 2, schedule: Schedule::OneFOneB, micro_batches: 3, ..Default::default() };
+            ModelParallelConfig { stages: 2, schedule: Schedule::ONE_F_ONE_B, micro_batches: 3, ..Default::default() };
         let mut model_parallel =
             ModelParallel::new(initial_model::<B>(&config, vocab_size), &train, &mp, vec![device.clone(); 2], &data)
                 .unwrap();

@@ -1,8 +1,6 @@
 //! DDP-style data parallelism: replicas on threads, gradients averaged by all-reduce.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use burn::module::Module;
@@ -17,7 +15,7 @@ use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
 use crate::ranks::{check_same_parameters, cross_rank_timeout, CrossRank, Ranks};
 use crate::shard::shard_ranges;
-use crate::worker::{panic_message, thread_pools};
+use crate::supervisor::{thread_pools, Failure, Reporter, Stopped, Supervisor};
 
 /// `[strategy] kind = "data-parallel"`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -95,19 +93,6 @@ struct Group {
     peers: usize,
     kind: AllReduceKind,
     shards: usize,
-}
-
-/// What a replica reports to the coordinator.
-enum Report {
-    /// Finished one global batch (replica 0 also reports its size for progress).
-    Step {
-        rank: usize,
-        samples: usize,
-    },
-    Done {
-        rank: usize,
-        result: Result<ReplicaEpoch, String>,
-    },
 }
 
 /// One replica's epoch figures.
@@ -226,7 +211,7 @@ impl<B: AutodiffBackend> Replica<B> {
         plan: &EpochPlan,
         train: &TrainConfig,
         group: Group,
-        reports: &Sender<Report>,
+        reports: &Reporter<ReplicaEpoch>,
         stop: &AtomicBool,
     ) -> Result<ReplicaEpoch, String> {
         collective::join::<B::InnerBackend>(self.rank, group.peers, group.kind, &self.device)?;
@@ -241,7 +226,7 @@ impl<B: AutodiffBackend> Replica<B> {
         plan: &EpochPlan,
         train: &TrainConfig,
         shards: usize,
-        reports: &Sender<Report>,
+        reports: &Reporter<ReplicaEpoch>,
         stop: &AtomicBool,
     ) -> Result<ReplicaEpoch, String> {
         let mut epoch = ReplicaEpoch::default();
@@ -273,7 +258,7 @@ impl<B: AutodiffBackend> Replica<B> {
             epoch.correct += correct;
             epoch.step_seconds += started.elapsed().as_secs_f64();
             epoch.comm.add(&comm);
-            let _ = reports.send(Report::Step { rank: self.rank, samples: indices.len() });
+            reports.step(indices.len());
         }
         Ok(epoch)
     }
@@ -295,24 +280,28 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
         }
         let peers = self.replicas.len();
         let group = Group { peers, kind: self.config.all_reduce, shards: self.shards };
-        let (tx, rx) = mpsc::channel();
         let stop = AtomicBool::new(false);
         let train = &self.train;
-        let outcome = std::thread::scope(|scope| {
-            for (replica, pool) in self.replicas.iter_mut().zip(&self.pools) {
-                let (tx, stop) = (tx.clone(), &stop);
-                scope.spawn(move || {
-                    let rank = replica.rank;
-                    let result = catch_unwind(AssertUnwindSafe(|| {
-                        pool.install(|| replica.run_epoch(plan, train, group, &tx, stop))
-                    }))
-                    .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(&panic))));
-                    let _ = tx.send(Report::Done { rank, result });
-                });
-            }
-            drop(tx);
-            coordinate::<B>(&self.config, peers, rx, plan, &stop)
-        });
+        let supervisor = Supervisor {
+            watchdog: Duration::from_secs_f64(self.config.timeout_seconds),
+            stop: &stop,
+            progress_from: 0,
+            on_batch: plan.on_batch,
+            // Replicas blocked in an all-reduce return once the collective is aborted.
+            on_stop: &|| collective::abort::<B::InnerBackend>(),
+        };
+        let work = |(replica, pool): (&mut Replica<B>, &rayon::ThreadPool), reporter: &Reporter<ReplicaEpoch>| {
+            pool.install(|| replica.run_epoch(plan, train, group, reporter, &stop)).map_err(|e| {
+                match stop.load(Ordering::SeqCst) {
+                    // Stopped because another replica failed or stalled: that explains this failure.
+                    true => Failure::elsewhere(e),
+                    false => Failure::own(e),
+                }
+            })
+        };
+        let workers = self.replicas.iter_mut().zip(&self.pools).enumerate().collect();
+        let outcome = std::thread::scope(|scope| supervisor.run(scope, workers, &work));
+        let outcome = outcome.map_err(|stopped| self.describe(stopped, plan.epoch));
         let epochs = outcome.map_err(TrainError::Strategy)?;
         let mut stats = self.epoch_stats(&epochs);
         if let Some(totals) = &mut self.totals {
@@ -332,73 +321,21 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
     }
 }
 
-/// Waits for the replicas' reports, forwarding progress. On the first failure (or when no
-/// replica reports for `timeout_seconds`) it stops the others and aborts the collective so
-/// that none stays blocked, and returns the error naming the replica.
-fn coordinate<B: AutodiffBackend>(
-    config: &DataParallelConfig,
-    n: usize,
-    reports: mpsc::Receiver<Report>,
-    plan: &EpochPlan,
-    stop: &AtomicBool,
-) -> Result<Vec<ReplicaEpoch>, String> {
-    let timeout = Duration::from_secs_f64(config.timeout_seconds);
-    let mut done: Vec<Option<ReplicaEpoch>> = (0..n).map(|_| None).collect();
-    let mut steps = vec![0usize; n];
-    let mut finished = 0;
-    let mut failure: Option<String> = None;
-    let fail = |message: String, failure: &mut Option<String>| {
-        if failure.is_none() {
-            *failure = Some(message);
-            stop.store(true, Ordering::SeqCst);
-            collective::abort::<B::InnerBackend>();
-        }
-    };
-    while finished < n {
-        match reports.recv_timeout(timeout) {
-            Ok(Report::Step { rank, samples }) => {
-                steps[rank] += 1;
-                if rank == 0 {
-                    (plan.on_batch)(samples);
-                }
-            }
-            Ok(Report::Done { rank, result }) => {
-                finished += 1;
-                match result {
-                    Ok(epoch) => done[rank] = Some(epoch),
-                    Err(e) => fail(
-                        format!("replica {rank} failed at step {} of epoch {}: {e}", steps[rank] + 1, plan.epoch + 1),
-                        &mut failure,
-                    ),
-                }
-            }
-            // Replicas blocked in an all-reduce return once the collective is aborted; if they
-            // are still silent one timeout after that, report rather than wait forever.
-            Err(RecvTimeoutError::Timeout) if failure.is_some() => break,
-            Err(RecvTimeoutError::Timeout) => {
-                let behind = steps.iter().copied().min().unwrap_or(0);
-                let laggards: Vec<usize> = (0..n).filter(|&r| done[r].is_none() && steps[r] == behind).collect();
-                fail(
-                    format!(
-                        "replica(s) {laggards:?} made no progress for {} s (stuck at step {})",
-                        timeout.as_secs_f64(),
-                        behind + 1
-                    ),
-                    &mut failure,
-                );
-            }
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    match failure {
-        Some(message) => Err(message),
-        None => {
-            done.into_iter().enumerate().map(|(r, d)| d.ok_or(format!("replica {r} exited without a report"))).collect()
-        }
-    }
-}
-
 impl<B: AutodiffBackend> DataParallel<B> {
+    /// Why the epoch stopped, naming the replica.
+    fn describe(&self, stopped: Stopped, epoch: usize) -> String {
+        match stopped {
+            Stopped::Failed { worker, step, message } => {
+                format!("replica {worker} failed at step {step} of epoch {}: {message}", epoch + 1)
+            }
+            Stopped::Stalled { laggards, step, after } => {
+                format!("replica(s) {laggards:?} made no progress for {} s (stuck at step {step})", after.as_secs_f64())
+            }
+            Stopped::WaitedInVain { waiter, peer, .. } => format!("replica {waiter} waited in vain for replica {peer}"),
+            Stopped::Unreported { worker } => format!("replica {worker} exited without a report"),
+        }
+    }
+
     /// Sums the replicas' epochs into the strategy's figures (communication per replica per step).
     fn epoch_stats(&self, epochs: &[ReplicaEpoch]) -> TrainStats {
         let n = epochs.len().max(1) as f64;

@@ -3,9 +3,12 @@
 //! - [`DataParallel`] is PyTorch-DDP-style data parallelism: N replicas, one thread (and one
 //!   device) each, every global batch split into N disjoint shards, gradients **averaged** with
 //!   a burn-collective all-reduce, and the same optimizer step applied on every replica.
-//! - [`ModelParallel`] cuts the model into stages, one thread (and one device) each, connected by
-//!   counted [links](link) that can simulate an interconnect. A [`Stage`] says *what* runs (a
-//!   micro-batch's forward or backward pass); a [`Schedule`] says *when* (naive, GPipe, 1F1B).
+//! - [`ModelParallel`] cuts the model into stages on devices (one thread each; several stages per
+//!   device with an interleaved schedule), connected by counted [links](link) that can simulate an
+//!   interconnect. A [`Stage`] says *what* runs (a micro-batch's forward or backward pass); a
+//!   [`Schedule`] says *when*, as a list of [`Action`]s per device (naive, GPipe, 1F1B,
+//!   interleaved 1F1B) that one executor runs. A [`StepPolicy`] per device may turn a global
+//!   batch into something other than a real step (predictive synchronisation).
 //! - Across processes and machines, [`DataParallel::across_ranks`] adds a second level of
 //!   all-reduce over the [`Ranks`] of a job (MPI: `MpiRanks`, feature `mpi`), and
 //!   [`ModelParallel::across_ranks`] runs each rank's share of the stages, with the boundaries
@@ -19,20 +22,20 @@ mod model_parallel;
 #[cfg(feature = "mpi")]
 mod mpi_ranks;
 mod ranks;
-mod relay;
-mod schedule;
+pub mod schedule;
 mod shard;
-mod stage;
-mod worker;
+mod supervisor;
 
 pub use collective::AllReduceKind;
 pub use data_parallel::{DataParallel, DataParallelConfig};
 pub use exchange::{CommStats, GradientExchange};
 pub use link::{Interconnect, Preset};
-pub use model_parallel::{balanced_cuts, profile_blocks, Balance, ModelParallel, ModelParallelConfig, StepPolicy};
+pub use model_parallel::{
+    balanced_cuts, profile_blocks, wire_bytes, Balance, ModelParallel, ModelParallelConfig, Peers, Stage, StepError,
+    StepInput, StepPlan, StepPolicy, Wire,
+};
 #[cfg(feature = "mpi")]
 pub use mpi_ranks::MpiRanks;
 pub use ranks::{fingerprint, launched_by_mpi, launched_job_size, RankLink, Ranks};
-pub use schedule::{theoretical_bubble, Action, Schedule};
+pub use schedule::{theoretical_bubble, Action, Layout, Pass, PipelineSchedule, Schedule};
 pub use shard::shard_ranges;
-pub use stage::{wire_bytes, Stage, Wire};

@@ -45,7 +45,7 @@ fn every_schedule_and_cut_matches_sequential_for_every_architecture() {
         let cuts: Vec<Vec<usize>> = (2..=3.min(blocks)).map(|k| (1..k).map(|s| s * blocks / k).collect()).collect();
         for cuts in cuts {
             // 5 micro-batches of a batch of 12 are uneven (3, 3, 2, 2, 2); the last batch of 4 has 4.
-            for (schedule, micro) in [(Schedule::Naive, 1), (Schedule::GPipe, 5), (Schedule::OneFOneB, 5)] {
+            for (schedule, micro) in [(Schedule::NAIVE, 1), (Schedule::GPIPE, 5), (Schedule::ONE_F_ONE_B, 5)] {
                 let mut parallel = model_parallel(
                     initial_model(&config, vocab_size),
                     &mp_config(cuts.clone(), schedule, micro),
@@ -83,7 +83,7 @@ fn links_count_the_bytes_of_every_activation_and_gradient() {
     let cnn = &small_models()[0];
     // Cut after the embedding: each sample sends a [10 tokens × 16] f32 sequence forward and its
     // gradient back.
-    let mut parallel = model_parallel(initial_model(cnn, vocab_size), &mp_config(vec![1], Schedule::GPipe, 3), &train);
+    let mut parallel = model_parallel(initial_model(cnn, vocab_size), &mp_config(vec![1], Schedule::GPIPE, 3), &train);
     let stats = one_epoch(&mut parallel, &data, &train);
     let link = &stats.extra["links_per_step"][0];
     let per_epoch = |direction: &str, what: &str| link[direction][what].as_f64().unwrap() * stats.steps as f64;
@@ -128,7 +128,7 @@ fn one_f_one_b_keeps_fewer_activations_than_gpipe_and_bubbles_are_reported() {
         assert_eq!(records[1].holdout.confusion.total(), holdout.len() as u64, "every holdout sample evaluated once");
         records[1].extra.clone()
     };
-    let (gpipe, one_f_one_b) = (run(Schedule::GPipe), run(Schedule::OneFOneB));
+    let (gpipe, one_f_one_b) = (run(Schedule::GPIPE), run(Schedule::ONE_F_ONE_B));
     assert_eq!(gpipe["peak_live_activations"], serde_json::json!([4, 4]));
     assert_eq!(one_f_one_b["peak_live_activations"], serde_json::json!([2, 1]));
     assert_eq!(gpipe["bubble_fraction_theory"].as_f64(), Some(1.0 / 5.0));
@@ -182,7 +182,7 @@ fn a_failing_stage_stops_the_run_with_its_name_instead_of_hanging() {
     let train = exact_train_config();
     let config: &ModelConfig = &small_models()[2];
     let mut parallel =
-        model_parallel(initial_model(config, vocab_size), &mp_config(vec![1], Schedule::OneFOneB, 4), &train);
+        model_parallel(initial_model(config, vocab_size), &mp_config(vec![1], Schedule::ONE_F_ONE_B, 4), &train);
     // A token id outside the vocabulary in the third batch: the embedding (stage 0) fails.
     let order: Vec<usize> = (0..data.len()).collect();
     data.tokens[(2 * 12 + 7) * data.max_len] = (vocab_size + 1000) as u32;
@@ -195,4 +195,59 @@ fn a_failing_stage_stops_the_run_with_its_name_instead_of_hanging() {
     // The parameters of before the failed epoch are still there, whole.
     let before = initial_model::<B>(config, vocab_size).parameter_values();
     assert_eq!(parallel.model().parameter_values(), before);
+}
+
+/// A toy model with two recurrent or encoder layers (four blocks); `None` for the CNN, whose
+/// three blocks cannot make two stages on each of two devices.
+fn two_layers(config: &ModelConfig) -> Option<ModelConfig> {
+    match config.clone() {
+        ModelConfig::Cnn(_) => None,
+        ModelConfig::Lstm(c) => Some(ModelConfig::Lstm(tandem_models::RecurrentConfig { layers: 2, ..c })),
+        ModelConfig::Gru(c) => Some(ModelConfig::Gru(tandem_models::RecurrentConfig { layers: 2, ..c })),
+        ModelConfig::Transformer(c) => {
+            Some(ModelConfig::Transformer(tandem_models::TransformerConfig { layers: 2, ..c }))
+        }
+    }
+}
+
+#[test]
+fn interleaved_one_f_one_b_matches_sequential_for_every_architecture_with_enough_blocks() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let configs: Vec<ModelConfig> = small_models().iter().filter_map(two_layers).collect();
+    assert_eq!(configs.len(), 3, "LSTM, GRU and Transformer");
+    for config in configs {
+        let name = config.architecture().name();
+        let mut sequential = Sequential::new(initial_model::<B>(&config, vocab_size), &train, Default::default());
+        let expected = one_epoch(&mut sequential, &data, &train);
+        let reference = sequential.model().parameter_values();
+        // 2 devices × 2 stages each; 4 micro-batches fill whole groups of one per device, 5 do not.
+        for (cuts, micro) in [(Some(vec![1, 2, 3]), 4), (Some(vec![1, 2, 3]), 5), (None, 3)] {
+            let mp = ModelParallelConfig {
+                stages: 2,
+                virtual_stages: 2,
+                cuts: cuts.clone(),
+                balance: Balance::Params,
+                schedule: Schedule::INTERLEAVED_1F1B,
+                micro_batches: micro,
+                ..Default::default()
+            };
+            let mut parallel = model_parallel(initial_model(&config, vocab_size), &mp, &train);
+            assert_eq!(parallel.cuts(), &[1, 2, 3], "{name}: four blocks, four stages");
+            let got = one_epoch(&mut parallel, &data, &train);
+            let diff = relative_difference(&parallel.model().parameter_values(), &reference);
+            assert!(diff <= 1e-5, "{name}, {micro} micro-batches: parameters differ by {diff:e} (relative)");
+            assert!(
+                (got.loss - expected.loss).abs() <= 1e-5 * expected.loss,
+                "{name}: loss {} vs {}",
+                got.loss,
+                expected.loss
+            );
+            assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once");
+            assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name}: test-then-train");
+            // Three boundaries, each crossed by every micro-batch once each way.
+            assert_eq!(got.extra["links_per_step"].as_array().map(Vec::len), Some(3), "{name}");
+        }
+    }
 }

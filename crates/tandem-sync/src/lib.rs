@@ -7,13 +7,15 @@
 //! (synchronised) model-parallel step is due.
 //!
 //! [`PredictiveSyncConfig::build`] makes the strategy: a [`tandem_parallel::ModelParallel`] whose
-//! stages each run a [`PredictivePolicy`]. With a sync on every step it is vanilla model
+//! devices each run a [`PredictivePolicy`]. With a sync on every step it is vanilla model
 //! parallelism, exactly.
 
+pub mod policy;
 pub mod predictor;
 pub mod strategy;
 pub mod trigger;
 
+pub use policy::PredictivePolicy;
 pub use predictor::{Forecaster, PredictorConfig};
-pub use strategy::{PredictivePolicy, PredictiveSyncConfig};
+pub use strategy::PredictiveSyncConfig;
 pub use trigger::{Evidence, Trigger, TriggerConfig};

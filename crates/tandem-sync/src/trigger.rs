@@ -68,6 +68,31 @@ impl TriggerConfig {
         }
     }
 
+    /// The trigger in run names: `periodic4`, `budget0.1`, or its name.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Periodic { every } => format!("periodic{every}"),
+            Self::Budget { fraction } => format!("budget{fraction}"),
+            other => other.name().to_string(),
+        }
+    }
+
+    /// Whether the trigger reads the stage's drift and forecast uncertainty ([`Evidence`]).
+    pub fn needs_evidence(&self) -> bool {
+        matches!(self, Self::SafeZone { .. })
+    }
+
+    /// Whether a sync this trigger asks for is one the other stages cannot foresee, so that
+    /// asking costs one alert message.
+    pub fn alerts(&self) -> bool {
+        matches!(self, Self::SafeZone { .. } | Self::Adaptive { .. })
+    }
+
+    /// Whether every stage needs the loss of each sync step (sent by the last stage).
+    pub fn needs_loss(&self) -> bool {
+        matches!(self, Self::Adaptive { .. })
+    }
+
     /// Checks values serde cannot; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         let horizon = |h: usize| {

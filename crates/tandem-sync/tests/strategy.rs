@@ -21,7 +21,7 @@ fn mp() -> ModelParallelConfig {
     ModelParallelConfig {
         stages: 2,
         cuts: Some(vec![1]),
-        schedule: Schedule::GPipe,
+        schedule: Schedule::GPIPE,
         micro_batches: 3,
         ..Default::default()
     }

@@ -5,6 +5,7 @@
 //! polls for arrivals, decodes them onto its stage's device and hands them on (through any
 //! simulated interconnect, whose delay the receiving stage then counts as transfer time).
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,9 +13,10 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use tandem_models::Activation;
 
+use super::stage::{wire_bytes, Wire};
 use crate::link::{LinkReceiver, LinkSender, RecvError};
 use crate::ranks::RankLink;
-use crate::stage::Wire;
+use crate::supervisor::panic_message;
 
 /// A message on a forward or backward link: global batch, micro-batch, values.
 pub(crate) type Message<B> = (usize, usize, Wire<B>);
@@ -32,9 +34,47 @@ pub(crate) struct Relayed {
 /// relay by dropping its end of the link (or the run by raising `stop`).
 const UNTIL_THE_STAGE_ENDS: Duration = Duration::from_secs(1_000_000);
 
+/// A relay thread's work: one direction of a stage boundary between this rank and another.
+pub(crate) enum Relay<'l, B: AutodiffBackend> {
+    /// Carries what local stage `stage` sends to a stage of rank `to`.
+    Out { stage: usize, from_stage: LinkReceiver<Message<B>>, link: &'l mut dyn RankLink, to: usize },
+    /// Carries what a stage of rank `from` sends to local stage `stage`, on its `device`.
+    In { stage: usize, to_stage: LinkSender<Message<B>>, link: &'l mut dyn RankLink, from: usize, device: B::Device },
+}
+
+impl<B: AutodiffBackend> Relay<'_, B> {
+    fn stage(&self) -> usize {
+        match self {
+            Relay::Out { stage, .. } | Relay::In { stage, .. } => *stage,
+        }
+    }
+
+    /// Runs the relay until its stage's epoch is over; on failure (a panic too) it stops the run.
+    /// Returns the stage it relays for, and what it moved.
+    pub fn run(self, timeout: Duration, done: &AtomicBool, stop: &AtomicBool) -> (usize, Result<Relayed, String>) {
+        let stage = self.stage();
+        let result = catch_unwind(AssertUnwindSafe(|| match self {
+            Relay::Out { from_stage, link, to, .. } => send_out::<B>(from_stage, link, to, timeout, stop),
+            Relay::In { to_stage, link, from, device, .. } => {
+                receive_in::<B>(to_stage, link, from, &device, timeout, done, stop)
+            }
+        }))
+        .unwrap_or_else(|panic| Err(format!("its relay panicked: {}", panic_message(&panic))));
+        match result {
+            // The run was stopped elsewhere: that failure explains this one.
+            Err(_) if stop.load(Ordering::SeqCst) => (stage, Ok(Relayed::default())),
+            Err(e) => {
+                stop.store(true, Ordering::SeqCst);
+                (stage, Err(e))
+            }
+            relayed => (stage, relayed),
+        }
+    }
+}
+
 /// Sends each message `stage` puts on its link to rank `to`, until the stage drops its end
 /// (its epoch is over) or `stop` is raised. Each send fails past `timeout`.
-pub(crate) fn send_out<B: AutodiffBackend>(
+fn send_out<B: AutodiffBackend>(
     stage: LinkReceiver<Message<B>>,
     link: &mut dyn RankLink,
     to: usize,
@@ -63,7 +103,7 @@ pub(crate) fn send_out<B: AutodiffBackend>(
 /// Messages carry no epoch number: the epoch's end is a barrier (every rank gathers the
 /// epoch's figures before any starts the next), so no message of the next epoch can arrive
 /// before `done`.
-pub(crate) fn receive_in<B: AutodiffBackend>(
+fn receive_in<B: AutodiffBackend>(
     mut stage: LinkSender<Message<B>>,
     link: &mut dyn RankLink,
     from: usize,
@@ -86,7 +126,7 @@ pub(crate) fn receive_in<B: AutodiffBackend>(
         relayed.busy += receiving.elapsed();
         last_arrival = Instant::now();
         let message = decode::<B>(&bytes, device).map_err(|e| format!("a message from rank {from}: {e}"))?;
-        let counted = crate::stage::wire_bytes::<B>(&message.2);
+        let counted = wire_bytes::<B>(&message.2);
         if stage.send(message, counted).is_err() {
             // The stage has stopped; its own error explains why.
             return Ok(relayed);

@@ -1,0 +1,337 @@
+//! The executor: runs one device's timetable ([`crate::schedule`]) for every global batch of an
+//! epoch — the passes of its stages, the sends and receives between stages, global-norm
+//! clipping and the optimizer step — and asks the device's [`StepPolicy`], if any, what each
+//! batch does. It runs any valid list of actions; what a schedule or a policy decides is not
+//! its business.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use burn::tensor::backend::AutodiffBackend;
+use tandem_models::Activation;
+use tandem_train::optim::clip_factor;
+use tandem_train::{EpochPlan, TrainConfig};
+
+use super::config::ModelParallelConfig;
+use super::figures::DeviceEpoch;
+use super::policy::{Peers, StepInput, StepPlan, StepPolicy};
+use super::relay::Message;
+use super::scalar_sum::ScalarSum;
+use super::stage::{wire_bytes, Stage, Wire};
+use super::wiring::{Ends, Placement};
+use crate::link::{LinkReceiver, LinkSender, RecvError};
+use crate::ranks::cross_rank_timeout;
+use crate::schedule::{Action, Pass};
+use crate::shard::shard_ranges;
+use crate::supervisor::{Failure, Reporter};
+
+/// What every device of the run shares.
+pub(super) struct Shared<'a, 'l> {
+    pub plan: &'a EpochPlan<'a>,
+    pub train: &'a TrainConfig,
+    pub config: &'a ModelParallelConfig,
+    pub placement: &'a Placement,
+    /// Squared gradient norms (clipping), and the policies' sums.
+    pub norms: &'a ScalarSum<'l>,
+    pub votes: &'a ScalarSum<'l>,
+    pub stop: &'a AtomicBool,
+}
+
+/// One device's part: its stages (in model order, with their global indices and link ends) and
+/// its policy.
+pub(super) struct DeviceWork<'a, B: AutodiffBackend> {
+    pub device: usize,
+    pub ids: Vec<usize>,
+    pub stages: Vec<&'a mut Stage<B>>,
+    pub ends: Vec<Ends<B>>,
+    pub policy: Option<&'a mut Box<dyn StepPolicy<B>>>,
+}
+
+/// Values waiting between a pass and a transfer, by (what, stage, micro-batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Slot {
+    /// A stage's input, received.
+    Input,
+    /// A stage's output, to send.
+    Output,
+    /// The gradient of a stage's output, received.
+    OutputGradient,
+    /// The gradient of a stage's input, to send.
+    InputGradient,
+}
+
+/// A global batch as the device runs it.
+struct Running<'b> {
+    number: usize,
+    indices: &'b [usize],
+    ranges: Vec<std::ops::Range<usize>>,
+}
+
+impl<B: AutodiffBackend> DeviceWork<'_, B> {
+    /// Runs the device's part of every global batch of the epoch.
+    pub fn run(&mut self, shared: &Shared, reporter: &Reporter<DeviceEpoch>) -> Result<DeviceEpoch, Failure> {
+        let started = Instant::now();
+        let (plan, config) = (shared.plan, shared.config);
+        let mut epoch = DeviceEpoch::new(config.pieces().saturating_sub(1));
+        let holds_last = self.ids.last() == Some(&(config.pieces() - 1));
+        let mut mailbox = Mailbox::default();
+        for (number, batch) in plan.batches.iter().enumerate() {
+            if shared.stop.load(Ordering::SeqCst) {
+                return Err(Failure::elsewhere("stopped"));
+            }
+            let replayed = match self.policy.as_mut() {
+                None => Vec::new(),
+                Some(policy) => {
+                    let input = StepInput { batch, data: plan.data, last_stage: holds_last };
+                    let peers = peers(shared, self.device);
+                    let deciding = Instant::now();
+                    let decision = policy.begin_step(&mut self.stages, &input, &peers);
+                    epoch.add_policy_time(deciding.elapsed(), peers.waited.get());
+                    match decision.map_err(|e| e.0)? {
+                        StepPlan::Train { replayed } => replayed,
+                        StepPlan::Skip => {
+                            if holds_last {
+                                epoch.skipped_samples += batch.len();
+                            }
+                            reporter.step(batch.len());
+                            continue;
+                        }
+                    }
+                }
+            };
+            if holds_last {
+                epoch.replayed_samples += replayed.len();
+            }
+            let joined: Vec<usize>;
+            let indices: &[usize] = match replayed.is_empty() {
+                true => batch,
+                false => {
+                    joined = replayed.into_iter().chain(batch.iter().copied()).collect();
+                    &joined
+                }
+            };
+            let loss_before = epoch.loss_sum;
+            let micro = config.micro_batches_for(indices.len());
+            let running = Running { number, indices, ranges: shard_ranges(indices.len(), micro) };
+            for action in config.schedule.actions(&config.layout(micro), self.device) {
+                if shared.stop.load(Ordering::SeqCst) {
+                    return Err(Failure::elsewhere("stopped"));
+                }
+                self.execute(action, &running, &mut mailbox, shared, &mut epoch)?;
+            }
+            self.update(shared, plan.first_step + number, &mut epoch)?;
+            if let Some(policy) = self.policy.as_mut() {
+                let loss = holds_last.then(|| (epoch.loss_sum - loss_before) / indices.len() as f64);
+                let peers = peers(shared, self.device);
+                let recording = Instant::now();
+                let recorded = policy.after_update(&self.stages, loss, &peers);
+                epoch.add_policy_time(recording.elapsed(), peers.waited.get());
+                recorded.map_err(|e| e.0)?;
+            }
+            reporter.step(batch.len());
+        }
+        epoch.wall = started.elapsed();
+        epoch.control_bytes = self.policy.as_ref().map_or(0, |p| p.control_bytes());
+        for (&id, ends) in self.ids.iter().zip(&self.ends) {
+            if let Some(link) = &ends.to_next {
+                epoch.forward[id] = link.traffic();
+            }
+            if let Some(link) = &ends.to_previous {
+                epoch.backward[id - 1] = link.traffic();
+            }
+        }
+        Ok(epoch)
+    }
+
+    /// Where stage `id` sits among the device's stages.
+    fn local(&self, id: usize) -> Result<usize, Failure> {
+        self.ids.iter().position(|&s| s == id).ok_or_else(|| Failure::own(format!("stage {id} does not run here")))
+    }
+
+    fn execute(
+        &mut self,
+        action: Action,
+        batch: &Running,
+        mailbox: &mut Mailbox<B>,
+        shared: &Shared,
+        epoch: &mut DeviceEpoch,
+    ) -> Result<(), Failure> {
+        let last = shared.config.pieces() - 1;
+        match action {
+            Action::Run(Pass::Forward { stage: id, micro }) => {
+                let input = match id {
+                    0 => None,
+                    _ => Some(mailbox.take(Slot::Input, id, micro)?),
+                };
+                let rows = &batch.indices[batch.ranges[micro].clone()];
+                let k = self.local(id)?;
+                let computing = Instant::now();
+                let stage = &mut self.stages[k];
+                let data = shared.plan.data.batch::<B>(rows, stage.device());
+                let input = input.unwrap_or_else(|| Activation::Tokens(data.tokens.inner()));
+                if id == last {
+                    let weight = rows.len() as f64 / batch.indices.len() as f64;
+                    let (loss, correct) = stage.forward_loss(micro, input, &data.mask_pad, data.labels, weight);
+                    epoch.loss_sum += loss * rows.len() as f64;
+                    epoch.correct += correct;
+                    epoch.samples += rows.len();
+                } else {
+                    let output = stage.forward(micro, input, &data.mask_pad);
+                    mailbox.put(Slot::Output, id, micro, output);
+                }
+                epoch.compute += computing.elapsed();
+                epoch.peak_live = epoch.peak_live.max(self.stages.iter().map(|s| s.live()).sum());
+            }
+            Action::Run(Pass::Backward { stage: id, micro }) => {
+                let grad = match id == last {
+                    true => None,
+                    false => Some(mailbox.take(Slot::OutputGradient, id, micro)?),
+                };
+                let k = self.local(id)?;
+                let computing = Instant::now();
+                let input_grad = self.stages[k].backward(micro, grad).map_err(Failure::own)?;
+                epoch.compute += computing.elapsed();
+                if let Some(grad) = input_grad {
+                    mailbox.put(Slot::InputGradient, id, micro, grad);
+                }
+            }
+            Action::SendActivation { stage: id, micro } => {
+                let (value, k) = (mailbox.take(Slot::Output, id, micro)?, self.local(id)?);
+                send::<B>(&mut self.ends[k].to_next, batch.number, micro, value)?;
+            }
+            Action::SendGradient { stage: id, micro } => {
+                let (value, k) = (mailbox.take(Slot::InputGradient, id, micro)?, self.local(id)?);
+                send::<B>(&mut self.ends[k].to_previous, batch.number, micro, value)?;
+            }
+            Action::ReceiveActivation { stage: id, micro } => {
+                let link = &self.ends[self.local(id)?].from_previous;
+                let value = mailbox.receive(link, Slot::Input, id, id - 1, batch.number, micro, shared, epoch)?;
+                mailbox.put(Slot::Input, id, micro, value);
+            }
+            Action::ReceiveGradient { stage: id, micro } => {
+                let link = &self.ends[self.local(id)?].from_next;
+                let value =
+                    mailbox.receive(link, Slot::OutputGradient, id, id + 1, batch.number, micro, shared, epoch)?;
+                mailbox.put(Slot::OutputGradient, id, micro, value);
+            }
+        }
+        Ok(())
+    }
+
+    /// Clips by the global norm over every device's gradients and applies them.
+    fn update(&mut self, shared: &Shared, step: usize, epoch: &mut DeviceEpoch) -> Result<(), Failure> {
+        let scale = match shared.train.grad_clip_norm {
+            None => 1.0,
+            Some(max_norm) => {
+                let computing = Instant::now();
+                let squared: f64 = self.stages.iter_mut().map(|s| s.squared_gradient_norm()).sum();
+                epoch.compute += computing.elapsed();
+                let waiting = Instant::now();
+                let total = shared.norms.sum(self.device, squared, timeout(shared), shared.stop)?;
+                epoch.idle += waiting.elapsed();
+                clip_factor(total.sqrt(), max_norm)
+            }
+        };
+        if let Some(policy) = self.policy.as_mut() {
+            let predicting = Instant::now();
+            policy.before_update(&self.stages);
+            epoch.predict += predicting.elapsed();
+        }
+        let computing = Instant::now();
+        for stage in &mut self.stages {
+            stage.step(shared.train, scale, step, shared.plan.total_steps);
+        }
+        epoch.compute += computing.elapsed();
+        Ok(())
+    }
+}
+
+/// The policies' line to the other devices.
+fn peers<'a, 'l>(shared: &Shared<'a, 'l>, device: usize) -> Peers<'a, 'l> {
+    Peers { sum: shared.votes, device, timeout: timeout(shared), stop: shared.stop, waited: Cell::new(Duration::ZERO) }
+}
+
+fn timeout(shared: &Shared) -> Duration {
+    Duration::from_secs_f64(shared.config.timeout_seconds)
+}
+
+fn send<B: AutodiffBackend>(
+    link: &mut Option<LinkSender<Message<B>>>,
+    batch: usize,
+    micro: usize,
+    value: Wire<B>,
+) -> Result<(), Failure> {
+    let link = link.as_mut().ok_or_else(|| Failure::own("send on a link that does not exist"))?;
+    let bytes = wire_bytes::<B>(&value);
+    link.send((batch, micro, value), bytes).map_err(Failure::elsewhere)
+}
+
+/// The values between passes and transfers, and messages that arrived before they were due.
+struct Mailbox<B: AutodiffBackend> {
+    slots: HashMap<(Slot, usize, usize), Wire<B>>,
+    early: HashMap<(Slot, usize, usize), Wire<B>>,
+}
+
+impl<B: AutodiffBackend> Default for Mailbox<B> {
+    fn default() -> Self {
+        Self { slots: HashMap::new(), early: HashMap::new() }
+    }
+}
+
+impl<B: AutodiffBackend> Mailbox<B> {
+    fn put(&mut self, slot: Slot, stage: usize, micro: usize, value: Wire<B>) {
+        self.slots.insert((slot, stage, micro), value);
+    }
+
+    fn take(&mut self, slot: Slot, stage: usize, micro: usize) -> Result<Wire<B>, Failure> {
+        self.slots.remove(&(slot, stage, micro)).ok_or_else(|| {
+            Failure::own(format!("the schedule uses {slot:?} of stage {stage}, micro-batch {micro}, before it exists"))
+        })
+    }
+
+    /// The message for (`batch`, `micro`) from stage `peer` on `link`, adding the wait to `epoch`.
+    /// Messages of the same batch for later micro-batches are kept until asked for.
+    #[allow(clippy::too_many_arguments)]
+    fn receive(
+        &mut self,
+        link: &Option<LinkReceiver<Message<B>>>,
+        slot: Slot,
+        stage: usize,
+        peer: usize,
+        batch: usize,
+        micro: usize,
+        shared: &Shared,
+        epoch: &mut DeviceEpoch,
+    ) -> Result<Wire<B>, Failure> {
+        if let Some(value) = self.early.remove(&(slot, stage, micro)) {
+            return Ok(value);
+        }
+        let link = link.as_ref().ok_or_else(|| Failure::own("receive on a link that does not exist"))?;
+        let device = shared.placement.device_of(peer);
+        let timeout = match shared.placement.local.contains(&device) {
+            true => timeout(shared),
+            false => cross_rank_timeout(timeout(shared)),
+        };
+        loop {
+            let ((b, m, value), wait) = link.recv(timeout, shared.stop).map_err(|e| Failure {
+                waited_for: matches!(e, RecvError::Timeout(_)).then_some(device),
+                ..Failure::elsewhere(format!("{e} from stage {peer}"))
+            })?;
+            epoch.idle += wait.idle;
+            epoch.transfer += wait.transfer;
+            match (b, m) {
+                _ if (b, m) == (batch, micro) => return Ok(value),
+                _ if b == batch => {
+                    self.early.insert((slot, stage, m), value);
+                }
+                _ => {
+                    return Err(Failure::own(format!(
+                        "expected micro-batch {micro} of batch {batch}, received {m} of {b}"
+                    )))
+                }
+            }
+        }
+    }
+}

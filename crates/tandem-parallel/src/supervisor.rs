@@ -1,0 +1,195 @@
+//! What the strategies' worker threads (replicas, stages) share: their compute pools, and the
+//! supervisor that runs them for an epoch — one scoped thread each, panics caught, progress
+//! forwarded, a watchdog for workers that stop making progress, and one stop flag that every
+//! worker polls so that the first failure ends them all.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::thread::Scope;
+use std::time::Duration;
+
+/// The message of a caught panic.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// One rayon pool of `threads` compute threads per worker, named `tandem-<kind><n>-<i>`
+/// (on a CPU backend, a worker's pool is its device).
+pub fn thread_pools(workers: usize, threads: usize, kind: &'static str) -> Result<Vec<rayon::ThreadPool>, String> {
+    (0..workers)
+        .map(|n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("tandem-{kind}{n}-{i}"))
+                .build()
+                .map_err(|e| format!("cannot start the threads of {kind} {n}: {e}"))
+        })
+        .collect()
+}
+
+/// Why a worker stopped: its own fault, or a consequence of another worker stopping or stalling.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub message: String,
+    pub caused_elsewhere: bool,
+    /// The worker this one waited for in vain (a timeout).
+    pub waited_for: Option<usize>,
+}
+
+impl Failure {
+    pub fn own(message: impl Into<String>) -> Self {
+        Self { message: message.into(), caused_elsewhere: false, waited_for: None }
+    }
+
+    pub fn elsewhere(message: impl Into<String>) -> Self {
+        Self { message: message.into(), caused_elsewhere: true, waited_for: None }
+    }
+}
+
+/// How a supervised epoch ended when it did not finish.
+#[derive(Debug)]
+pub(crate) enum Stopped {
+    /// A worker failed by itself (the first to do so), at its step `step` (1-based).
+    Failed { worker: usize, step: usize, message: String },
+    /// No worker reported progress for `after`; `laggards` were furthest behind, at `step`.
+    Stalled { laggards: Vec<usize>, step: usize, after: Duration },
+    /// `waiter` gave up waiting for `peer`; steps done by each (0-based counts).
+    WaitedInVain { waiter: usize, peer: usize, waiter_steps: usize, peer_steps: usize },
+    /// A worker ended without a result.
+    Unreported { worker: usize },
+}
+
+/// What a worker tells its supervisor.
+enum Report<T> {
+    Step { worker: usize, samples: usize },
+    Done { worker: usize, result: Result<T, Failure> },
+}
+
+/// A worker's line to its supervisor.
+pub(crate) struct Reporter<T> {
+    worker: usize,
+    reports: Sender<Report<T>>,
+}
+
+impl<T> Reporter<T> {
+    /// One global batch of `samples` samples is done.
+    pub fn step(&self, samples: usize) {
+        let _ = self.reports.send(Report::Step { worker: self.worker, samples });
+    }
+}
+
+/// Runs workers for one epoch and watches them.
+pub(crate) struct Supervisor<'a> {
+    /// A run where no worker reports progress for this long stops.
+    pub watchdog: Duration,
+    /// Raised on the first failure or stall; every worker polls it.
+    pub stop: &'a AtomicBool,
+    /// The worker whose steps are forwarded as progress, and where to.
+    pub progress_from: usize,
+    pub on_batch: &'a (dyn Fn(usize) + Sync),
+    /// Called once when the run stops (e.g. to release workers blocked in a collective).
+    pub on_stop: &'a dyn Fn(),
+}
+
+impl Supervisor<'_> {
+    /// Spawns one thread per `(index, worker)` in `scope`, each running `work` inside a caught
+    /// panic, and waits for them all, forwarding progress. Returns the workers' results in the
+    /// order given, or why the epoch stopped: the first failure of a worker's own is the cause;
+    /// else a stall; else the first worker that waited in vain; else the first failure.
+    pub fn run<'scope, 'env, W, T, F>(
+        &self,
+        scope: &'scope Scope<'scope, 'env>,
+        workers: Vec<(usize, W)>,
+        work: &'scope F,
+    ) -> Result<Vec<T>, Stopped>
+    where
+        W: Send + 'scope,
+        T: Send + 'scope,
+        F: Fn(W, &Reporter<T>) -> Result<T, Failure> + Sync,
+    {
+        let (tx, rx) = mpsc::channel();
+        let indices: Vec<usize> = workers.iter().map(|(index, _)| *index).collect();
+        for (worker, state) in workers {
+            let reporter = Reporter { worker, reports: tx.clone() };
+            scope.spawn(move || {
+                let result = catch_unwind(AssertUnwindSafe(|| work(state, &reporter)))
+                    .unwrap_or_else(|panic| Err(Failure::own(format!("panicked: {}", panic_message(&panic)))));
+                let _ = reporter.reports.send(Report::Done { worker, result });
+            });
+        }
+        drop(tx);
+        self.watch(&indices, rx)
+    }
+
+    fn watch<T>(&self, indices: &[usize], reports: mpsc::Receiver<Report<T>>) -> Result<Vec<T>, Stopped> {
+        let slot = |worker: usize| indices.iter().position(|&i| i == worker).expect("a supervised worker");
+        let mut done: Vec<Option<T>> = indices.iter().map(|_| None).collect();
+        let mut steps = vec![0usize; indices.len()];
+        let mut failures: Vec<(usize, Failure)> = Vec::new();
+        let mut stalled: Option<Stopped> = None;
+        let mut finished = 0;
+        let stop = || {
+            if !self.stop.swap(true, Ordering::SeqCst) {
+                (self.on_stop)();
+            }
+        };
+        while finished < indices.len() {
+            match reports.recv_timeout(self.watchdog) {
+                Ok(Report::Step { worker, samples }) => {
+                    steps[slot(worker)] += 1;
+                    if worker == self.progress_from {
+                        (self.on_batch)(samples);
+                    }
+                }
+                Ok(Report::Done { worker, result }) => {
+                    finished += 1;
+                    match result {
+                        Ok(value) => done[slot(worker)] = Some(value),
+                        Err(failure) => {
+                            stop();
+                            failures.push((worker, failure));
+                        }
+                    }
+                }
+                // Workers blocked in a wait return once stopped; if they are still silent one
+                // watchdog period after that, report rather than wait forever.
+                Err(RecvTimeoutError::Timeout) if self.stop.load(Ordering::SeqCst) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    let behind = steps.iter().copied().min().unwrap_or(0);
+                    let laggards =
+                        (0..indices.len()).filter(|&s| done[s].is_none() && steps[s] == behind).map(|s| indices[s]);
+                    stalled =
+                        Some(Stopped::Stalled { laggards: laggards.collect(), step: behind + 1, after: self.watchdog });
+                    stop();
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let steps_of = |worker: usize| steps[slot(worker)];
+        let failed = |(worker, failure): (usize, Failure)| Stopped::Failed {
+            worker,
+            step: steps_of(worker) + 1,
+            message: failure.message,
+        };
+        if let Some(own) = failures.iter().position(|(_, f)| !f.caused_elsewhere) {
+            return Err(failed(failures.swap_remove(own)));
+        }
+        if let Some(stalled) = stalled {
+            return Err(stalled);
+        }
+        let in_vain = failures.iter().find_map(|(waiter, f)| f.waited_for.map(|peer| (*waiter, peer)));
+        if let Some((waiter, peer)) = in_vain {
+            let peer_steps = indices.iter().position(|&i| i == peer).map_or(0, |s| steps[s]);
+            return Err(Stopped::WaitedInVain { waiter, peer, waiter_steps: steps_of(waiter), peer_steps });
+        }
+        if let Some(first) = failures.into_iter().next() {
+            return Err(failed(first));
+        }
+        done.into_iter().zip(indices).map(|(value, &worker)| value.ok_or(Stopped::Unreported { worker })).collect()
+    }
+}
