@@ -1,25 +1,14 @@
-//! Permuting the dimensions of a tensor as a contiguous copy on the CPU backends (attention's
-//! head split and merge).
-//!
-//! Burn permutes as a view, and the first reshape of that view (forward, or in the backward
-//! pass) copies it on Flex one value at a time through a strided index: 10 % of a Transformer
-//! training step (`perf`). Here the permutation is one copy, by rows where the last dimension
-//! stays last, forward and backward ([`crate::host_op`]); other backends keep the view.
+//! Permuting the dimensions of a 4-D tensor as one contiguous copy (by rows where the last
+//! dimension stays last), forward and backward.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::TensorData;
 
-use crate::dispatch::values;
-use crate::host_op::{self, HostOp};
+use super::dispatch::values;
+use super::host_op::HostOp;
 
-/// `x` with dimension `axes[i]` as dimension `i` (as `Tensor::permute`), contiguous on the CPU
-/// backends (a view elsewhere).
-pub fn permute<B: Backend>(x: Tensor<B, 4>, axes: [usize; 4]) -> Tensor<B, 4> {
-    host_op::apply(Permute(axes), x.clone()).unwrap_or_else(|| x.permute(axes))
-}
-
+/// A permutation of four dimensions as a [`HostOp`]: dimension `axes[i]` becomes dimension `i`.
 #[derive(Clone, Copy, Debug)]
-struct Permute([usize; 4]);
+pub(crate) struct Permute(pub(crate) [usize; 4]);
 
 /// `x` copied with dimension `axes[i]` as dimension `i`.
 fn permuted(x: &TensorData, axes: [usize; 4]) -> TensorData {
@@ -60,32 +49,5 @@ impl HostOp for Permute {
             inverse[a] = i;
         }
         permuted(&grad, inverse)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::backend::{Autodiff, NdArray};
-    use burn::tensor::{Distribution, Tensor};
-
-    use super::permute;
-
-    type B = Autodiff<NdArray>;
-
-    #[test]
-    fn equals_burns_permute_forward_and_backward() {
-        let device = Default::default();
-        for axes in [[0, 2, 1, 3], [0, 2, 3, 1], [3, 1, 0, 2]] {
-            let x = Tensor::<B, 4>::random([2, 3, 4, 5], Distribution::Normal(0.0, 1.0), &device).require_grad();
-            let weights =
-                Tensor::<B, 4>::random(x.clone().permute(axes).dims(), Distribution::Normal(0.0, 1.0), &device);
-            let ours = permute(x.clone(), axes);
-            let burns = x.clone().permute(axes);
-            assert_eq!(ours.clone().into_data(), burns.clone().into_data(), "{axes:?} forward");
-            let gradient = |y: Tensor<B, 4>| {
-                x.grad(&(y * weights.clone()).sum().backward()).expect("x requires a gradient").into_data()
-            };
-            assert_eq!(gradient(ours), gradient(burns), "{axes:?} backward");
-        }
     }
 }
