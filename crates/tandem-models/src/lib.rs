@@ -6,9 +6,9 @@
 //! after another computes exactly what the uncut model computes. That cut is
 //! the seam model parallelism places on devices.
 //!
-//! A [`ModelConfig`] names the architecture and builds its blocks. The blocks' fused forward
-//! passes run the operations of `ops/`, whose CPU kernels are in `kernels/`; [`FastPath`] and
-//! [`on_cpu`] tell which of them run on a backend.
+//! A [`ModelConfig`] names the architecture (one file each under `architectures/`) and builds
+//! its blocks. The blocks' fused forward passes run the operations of `ops/`, whose CPU kernels
+//! are in `kernels/`; [`FastPath`] and [`on_cpu`] tell which of them run on a backend.
 
 mod architectures;
 mod blocks;
@@ -17,7 +17,8 @@ mod fast_path;
 mod kernels;
 mod ops;
 
-pub use architectures::{Architecture, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+// The manifest types: the architecture enums, the input spec and each architecture's config.
+pub use architectures::*;
 pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
 pub use classifier::{Classifier, CutError};
 pub use fast_path::{on_cpu, FastPath};
