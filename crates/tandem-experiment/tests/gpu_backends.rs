@@ -156,7 +156,7 @@ fn largest_relative_difference(reference: &[f32], got: &[f32]) -> f32 {
 /// both.
 fn agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
     assert!(
-        tandem_models::recurrence::runs_as_one_node::<B>(),
+        tandem_models::FastPath::Recurrence.active_on::<B>(),
         "{name}: the recurrent layers fall back to ordinary operations (is tandem-models' `{name}` feature on?)"
     );
     let reference_device = Default::default();

@@ -10,8 +10,8 @@ use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 
-use crate::embedding::masked_embedding;
-use crate::fused;
+use crate::ops::embedding::masked_embedding;
+use crate::ops::fused;
 
 /// What flows from one block (or stage) to the next.
 #[derive(Clone, Debug)]

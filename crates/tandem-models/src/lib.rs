@@ -5,27 +5,20 @@
 //! contiguous **stages** with [`Classifier::split`]; running the stages one
 //! after another computes exactly what the uncut model computes. That cut is
 //! the seam model parallelism places on devices.
+//!
+//! A [`ModelConfig`] names the architecture (one file each under `architectures/`) and builds
+//! its blocks. The blocks' fused forward passes run the operations of `ops/`, whose CPU kernels
+//! are in `kernels/`; [`FastPath`] and [`on_cpu`] tell which of them run on a backend.
 
+mod architectures;
 mod blocks;
 mod classifier;
-mod config;
-pub mod conv_max;
-mod dispatch;
-mod embedding;
-pub mod fused;
-pub mod gelu;
-mod host_gemm;
-mod host_math;
-mod host_op;
-pub mod layer_norm;
-pub mod linear;
-mod permute;
-pub mod recurrence;
-mod recurrence_host;
-pub mod softmax;
-pub mod wide;
+mod fast_path;
+mod kernels;
+mod ops;
 
+// The manifest types: the architecture enums, the input spec and each architecture's config.
+pub use architectures::*;
 pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
 pub use classifier::{Classifier, CutError};
-pub use config::{Architecture, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
-pub use dispatch::on_cpu;
+pub use fast_path::{on_cpu, FastPath};

@@ -7,8 +7,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use tandem_models::recurrence::runs_as_one_node;
-use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_models::{Classifier, CnnConfig, FastPath, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
 const INPUT: InputSpec = InputSpec { vocab_size: 50, max_len: 12, num_classes: 4 };
 
@@ -126,16 +125,11 @@ fn inference_logits<B: AutodiffBackend>(model: &Classifier<B>) -> Vec<f32> {
 
 fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
     let _serial = serial();
-    assert_eq!(runs_as_one_node::<B>(), one_node, "{}", std::any::type_name::<B>());
-    assert_eq!(tandem_models::conv_max::has_own_backward::<B>(), one_node, "{}", std::any::type_name::<B>());
-    assert_eq!(tandem_models::softmax::has_own_backward::<B>(), one_node, "{}", std::any::type_name::<B>());
+    assert_eq!(FastPath::Recurrence.active_on::<B>(), one_node, "{}", std::any::type_name::<B>());
+    assert_eq!(FastPath::ConvMax.active_on::<B>(), one_node, "{}", std::any::type_name::<B>());
+    assert_eq!(FastPath::Softmax.active_on::<B>(), one_node, "{}", std::any::type_name::<B>());
     let flex = std::any::TypeId::of::<B>() == std::any::TypeId::of::<Autodiff<Flex>>();
-    assert_eq!(
-        tandem_models::gelu::has_own_backward::<B>(),
-        flex,
-        "{}: GELU's own node is Flex's only",
-        std::any::type_name::<B>()
-    );
+    assert_eq!(FastPath::Gelu.active_on::<B>(), flex, "{}: GELU's own node is Flex's only", std::any::type_name::<B>());
     let device = Default::default();
     for stock_config in stock_configs() {
         let stock: Classifier<B> = stock_config.init(&INPUT, &device);

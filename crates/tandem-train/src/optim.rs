@@ -11,8 +11,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 
 use burn::tensor::{DType, ElementConversion, IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
-use tandem_models::wide::{self, Kernel};
 use tandem_models::Classifier;
+use tandem_simd::Kernel;
 
 use crate::TrainConfig;
 
@@ -203,7 +203,7 @@ struct AdamWStep<'a> {
     grad: &'a [f32],
 }
 
-/// Run by [`wide::run`]: compiled for wide vectors where the CPU has them.
+/// Run by [`tandem_simd::run`]: compiled for wide vectors where the CPU has them.
 impl Kernel for AdamWStep<'_> {
     type Output = ();
 
@@ -252,7 +252,7 @@ impl<B: Backend> SimpleOptimizer<B> for HostAdamW {
         // Burn's scalars: `1 − β`, the bias corrections, and the f64 decay factor and learning rate as f32.
         let decay_rate = lr * f64::from(self.weight_decay);
         let f32s = "checked above: f32";
-        wide::run(AdamWStep {
+        tandem_simd::run(AdamWStep {
             betas: (self.beta_1, self.beta_2),
             factors: (1.0 - self.beta_1, 1.0 - self.beta_2),
             corrections: (1f32 - self.beta_1.powi(time as i32), 1f32 - self.beta_2.powi(time as i32)),

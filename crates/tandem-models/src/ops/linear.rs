@@ -1,6 +1,6 @@
 //! A linear layer over rows, `x · W + b`, as **one operation** with a hand-written backward pass
 //! on the CPU backends, its three matmuls written straight into host buffers
-//! ([`crate::host_gemm`]).
+//! ([`crate::kernels::host_gemm`]).
 //!
 //! Burn runs it as a matmul and a broadcast add: on Flex the matmul's output is allocated and
 //! copied twice, and the add and its backward (a sum over every row for `b`) run element by
@@ -16,12 +16,16 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, record_node, same_type, values, Known};
-use crate::host_gemm::{host_matmul, host_product, Matrix};
+use crate::kernels::dispatch::{host_f32, record_node, same_type, values, Known};
+use crate::kernels::host_gemm::{host_matmul, host_product, Matrix};
 
 /// `x · weight (+ bias)` for `x` `[rows, in]`, `weight` `[in, out]` (Burn's `Linear` layout) and
 /// `bias` `[out]`: `[rows, out]`.
-pub fn linear_rows<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
+pub(crate) fn linear_rows<B: Backend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 2> {
     let ([_, d_in], [w_in, d_out]) = (x.dims(), weight.dims());
     assert!(
         w_in == d_in && bias.as_ref().is_none_or(|b| b.dims() == [d_out]),

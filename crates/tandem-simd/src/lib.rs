@@ -1,10 +1,10 @@
 //! Host-memory loops compiled, where the CPU has them, for wider vector instructions than the
 //! build targets.
 //!
-//! A default build targets baseline x86-64: SSE2, 4 f32 lanes. The loops of the CPU fast paths are
-//! written so the compiler vectorises them, and [`run`] picks at run time a copy compiled for
-//! AVX2 + FMA (8 lanes). Rust never fuses a multiply and an add on its own, so both copies compute
-//! the same bits.
+//! A default build targets baseline x86-64: SSE2, 4 f32 lanes. Loops over host memory (Tandem's
+//! CPU kernels, its optimizer step) are written so the compiler vectorises them, and [`run`]
+//! picks at run time a copy compiled for AVX2 + FMA (8 lanes). Rust never fuses a multiply and an
+//! add on its own, so both copies compute the same bits.
 
 /// A computation with loops over host memory, compiled twice by [`run`]. Its `run` must be
 /// `#[inline(always)]`, so that each copy holds its own compilation of the loops.

@@ -1,11 +1,10 @@
 //! Running a backend-specific path behind a generic `B: Backend`, chosen by `TypeId` at run time.
 //!
 //! Burn 0.21 gives a generic `B: Backend` no custom autodiff operation without an extra trait
-//! bound on every model, so the operations with their own backward pass ([`crate::recurrence`],
-//! [`crate::conv_max`], [`crate::linear`], the embedding lookup, [`crate::host_op`]'s) ask which
-//! backend `B` is ([`Known::of`]; the recurrence, which knows the GPU backends too, compares
-//! `TypeId`s itself), move their tensors across with [`same_type`], and register their node with
-//! [`record_node`].
+//! bound on every model, so the operations with their own backward pass ([`crate::ops`]'s and
+//! [`super::host_op`]'s) ask which backend `B` is ([`Known::of`]; the recurrence, which knows the
+//! GPU backends too, compares `TypeId`s itself), move their tensors across with [`same_type`],
+//! and register their node with [`record_node`].
 
 use std::any::{Any, TypeId};
 
@@ -42,7 +41,7 @@ impl Known {
 }
 
 /// Whether `B` is a CPU backend compiled into this crate (Flex, ndarray) without autodiff.
-pub fn on_cpu<B: Backend>() -> bool {
+pub(crate) fn on_cpu<B: Backend>() -> bool {
     matches!(Known::of::<B>(), Known::Flex | Known::NdArray)
 }
 

@@ -1,10 +1,10 @@
 //! One-input operations (same rank) computed in host memory on the CPU backends, each one
-//! autodiff node with a hand-written backward pass ([`crate::gelu`], [`crate::softmax`],
-//! [`crate::permute`]).
+//! autodiff node with a hand-written backward pass ([`super::gelu`], [`super::softmax`],
+//! [`super::layer_norm`], [`super::permute`]; run by [`crate::ops::host_ops`]).
 //!
 //! Burn runs such an operation as several tensor operations (softmax: five, each with its own
 //! backward), with scalar libm calls, or (a copy of a permuted view) one value at a time; here
-//! each pass is one loop the compiler vectorises ([`crate::wide`]) or one copy per row.
+//! each pass is one loop the compiler vectorises ([`tandem_simd`]) or one copy per row.
 
 use std::fmt::Debug;
 
@@ -15,7 +15,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, record_node, same_type, Known};
+use super::dispatch::{host_f32, record_node, same_type, Known};
 
 /// An operation for [`apply`].
 pub(crate) trait HostOp: Copy + Debug + Send + Sync + 'static {

@@ -5,19 +5,19 @@
 //! the input and the hidden state), records each of them for autodiff, and writes each step's
 //! output into the sequence with a `slice_assign`, whose backward copies the whole sequence again
 //! at every step. Here:
-//! - the input projection of every time step is one matmul ([`crate::linear`]: one autodiff
+//! - the input projection of every time step is one matmul ([`super::linear`]: one autodiff
 //!   node on the CPU backends; the LSTM's input bias joins its hidden bias), and the time loop
 //!   (one matmul of `h` by all gates' hidden weights per step) is one autodiff operation with a
-//!   hand-written backward pass ([`crate::recurrence`]);
+//!   hand-written backward pass ([`super::recurrence`]);
 //! - the CNN's convolutions of every width and their max pooling are one operation
-//!   ([`crate::conv_max`]) whose backward uses that each maximum came from one window;
+//!   ([`super::conv_max`]) whose backward uses that each maximum came from one window;
 //! - a Transformer encoder layer runs every linear layer on `[batch × seq, features]` rows. Burn
 //!   applies a `Linear` to a 3-D input as a *batched* matmul, so its weight gradient is one small
 //!   matmul per sample, summed afterwards (a `[batch, in, out]` intermediate); on rows it is one
-//!   large matmul ([`crate::linear`]). The padding mask is expanded to the scores' shape once
+//!   large matmul ([`super::linear`]). The padding mask is expanded to the scores' shape once
 //!   per layer instead of being broadcast by each `mask_fill` (forward and backward). On the CPU
 //!   backends, GELU, the scores' softmax, the head split and merge, and layer norm's normalising
-//!   part are one autodiff node each ([`crate::gelu`], [`crate::softmax`], `permute`, [`crate::layer_norm`]).
+//!   part are one autodiff node each ([`super::host_ops`]).
 //!
 //! The fused weights are concatenated from the stock modules' parameters on every forward pass
 //! (a few hundred kB), so gradients flow back to those parameters, a model trains the same either
@@ -38,13 +38,10 @@ use burn::tensor::activation::{quiet_softmax, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
 
-use crate::conv_max::{conv_max, Widths};
-use crate::gelu::gelu;
-use crate::layer_norm::layer_norm;
-use crate::linear::linear_rows;
-use crate::permute::permute;
-use crate::recurrence::{recurrence, Cell};
-use crate::softmax::softmax_last;
+use super::conv_max::{conv_max, Widths};
+use super::host_ops::{gelu, layer_norm, permute, softmax_last};
+use super::linear::linear_rows;
+use super::recurrence::{recurrence, Cell};
 
 /// A stock layer's parameters laid side by side: `[d_in, gates × hidden]` input weights,
 /// `[hidden, gates × hidden]` hidden weights, and the two biases.
@@ -95,32 +92,32 @@ fn run<B: Backend>(cell: Cell, w: GateWeights<B>, x: Tensor<B, 3>, reverse: bool
 }
 
 /// `[batch, seq, d_in]` → `[batch, seq, hidden]` through `lstm`'s parameters.
-pub fn lstm<B: Backend>(lstm: &Lstm<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
+pub(crate) fn lstm<B: Backend>(lstm: &Lstm<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
     let w = GateWeights::concat(&[&lstm.input_gate, &lstm.forget_gate, &lstm.output_gate, &lstm.cell_gate]);
     run(Cell::Lstm, w, x, reverse)
 }
 
 /// `[batch, seq, d_in]` → `[batch, seq, hidden]` through `gru`'s parameters.
-pub fn gru<B: Backend>(gru: &Gru<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
+pub(crate) fn gru<B: Backend>(gru: &Gru<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
     debug_assert!(gru.reset_after, "the fused GRU applies the reset gate after the hidden matmul");
     let w = GateWeights::concat(&[&gru.update_gate, &gru.reset_gate, &gru.new_gate]);
     run(Cell::Gru, w, x, reverse)
 }
 
 /// Both directions of `bi`, concatenated on the feature axis as Burn's `BiLstm` does.
-pub fn bi_lstm<B: Backend>(bi: &BiLstm<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+pub(crate) fn bi_lstm<B: Backend>(bi: &BiLstm<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     Tensor::cat(vec![lstm(&bi.forward, x.clone(), false), lstm(&bi.reverse, x, true)], 2)
 }
 
 /// Both directions of `bi`, concatenated on the feature axis as Burn's `BiGru` does.
-pub fn bi_gru<B: Backend>(bi: &BiGru<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+pub(crate) fn bi_gru<B: Backend>(bi: &BiGru<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     Tensor::cat(vec![gru(&bi.forward, x.clone(), false), gru(&bi.reverse, x, true)], 2)
 }
 
 /// `[batch, seq, channels]` → `[batch, filters × widths]`: every convolution → max over the
 /// positions where its kernel fits → ReLU (ReLU commutes with max, so it runs on the pooled
 /// values), as one [`conv_max`] over the kernels side by side.
-pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 2> {
+pub(crate) fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 2> {
     let channels = x.dims()[2];
     let device = x.device();
     let widths = Widths(convs.iter().map(|c| (c.kernel_size, c.weight.dims()[0])).collect());
@@ -153,7 +150,7 @@ pub fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Tensor<B, 
 /// `[batch, seq, d_model]` → `[batch, seq, d_model]` through `layer`'s parameters, as Burn's
 /// `TransformerEncoderLayer::forward` with a padding mask (`true` at padding) and no attention
 /// mask: the same operations, dropouts drawn in the same order, on rows of features.
-pub fn encoder_layer<B: Backend>(
+pub(crate) fn encoder_layer<B: Backend>(
     layer: &TransformerEncoderLayer<B>,
     x: Tensor<B, 3>,
     mask_pad: &Tensor<B, 2, Bool>,

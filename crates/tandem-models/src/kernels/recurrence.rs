@@ -1,21 +1,50 @@
-//! The time loop of [`crate::recurrence`] on a CPU backend, in host memory: per step, one matmul
-//! `h · W_h` ([`host_matmul`]) and the gate arithmetic as one loop over the values.
+//! The time loop of [`crate::ops::recurrence`] on a CPU backend, in host memory: per step, one
+//! matmul `h · W_h` ([`host_matmul`]) and the gate arithmetic as one loop over the values. The
+//! cells' gate layout ([`Cell`]) is defined here, for both loops.
 //!
 //! The tensor-operation version runs about twenty small operations per step (each allocating
 //! its `[batch, gates × hidden]` result); on a CPU that, not the arithmetic, was a third of an
-//! LSTM training step. Sigmoid and tanh come from [`crate::host_math`], polynomials the compiler
+//! LSTM training step. Sigmoid and tanh come from [`super::host_math`], polynomials the compiler
 //! vectorises (libm's `expf` is a scalar call per value).
 
 use std::cell::RefCell;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
+use tandem_simd::Kernel;
 
-use crate::dispatch::{host_f32, values};
-use crate::host_gemm::{host_matmul, host_product, transposed, Matrix};
-use crate::host_math::{sigmoid, tanh};
-use crate::recurrence::{order, Cell};
-use crate::wide::{self, Kernel};
+use super::dispatch::{host_f32, values};
+use super::host_gemm::{host_matmul, host_product, transposed, Matrix};
+use super::host_math::{sigmoid, tanh};
+
+/// The recurrent cell, with its gate layout along the last axis of `projected`, `weight` and `bias`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cell {
+    /// Gates `[input, forget, output, candidate]`: `c' = f·c + i·g`, `h' = o·tanh(c')`.
+    Lstm,
+    /// Gates `[update, reset, new]`, reset applied after the hidden matmul (Burn's `reset_after`):
+    /// `n = tanh(x_n + r·(h·W_n + b_n))`, `h' = (1 − z)·n + z·h`.
+    Gru,
+}
+
+impl Cell {
+    /// Gates per hidden unit.
+    pub(crate) fn gates(self) -> usize {
+        match self {
+            Cell::Lstm => 4,
+            Cell::Gru => 3,
+        }
+    }
+}
+
+/// The steps of `seq` in the order they run.
+pub(crate) fn order(seq: usize, reverse: bool) -> Vec<usize> {
+    if reverse {
+        (0..seq).rev().collect()
+    } else {
+        (0..seq).collect()
+    }
+}
 
 /// `out = f(recurrent + bias + input)`, element by element.
 #[inline(always)]
@@ -146,7 +175,7 @@ pub(crate) fn forward<B: Backend>(
     reverse: bool,
     record: bool,
 ) -> (Tensor<B, 3>, Option<HostTape<B>>) {
-    wide::run(ForwardLoop { cell, projected, weight, bias, reverse, record })
+    tandem_simd::run(ForwardLoop { cell, projected, weight, bias, reverse, record })
 }
 
 /// [`forward`]'s arguments.
@@ -309,7 +338,7 @@ impl<B: Backend> HostTape<B> {
     /// Back-propagation through time: the gradients of `projected`, `weight` and `bias` from the
     /// gradient of the output (`[batch, seq, hidden]`).
     pub(crate) fn backward(self, grad: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 1>) {
-        wide::run(BackwardThroughTime { tape: self, grad })
+        tandem_simd::run(BackwardThroughTime { tape: self, grad })
     }
 }
 
@@ -402,13 +431,12 @@ impl<B: Backend> Kernel for BackwardThroughTime<B> {
 mod tests {
     use burn::backend::NdArray;
     use burn::tensor::{Distribution, Tensor};
+    use tandem_simd::Kernel;
 
-    use super::{forward, BackwardThroughTime, ForwardLoop};
-    use crate::recurrence::Cell;
-    use crate::wide::Kernel;
+    use super::{forward, BackwardThroughTime, Cell, ForwardLoop};
 
     /// The loops as built (called directly: compiled for the build's baseline) give the same bits
-    /// as [`crate::wide::run`]'s copy (AVX2 + FMA where this CPU has them).
+    /// as [`tandem_simd::run`]'s copy (AVX2 + FMA where this CPU has them).
     #[test]
     fn wide_copy_computes_the_same_bits() {
         let device = Default::default();

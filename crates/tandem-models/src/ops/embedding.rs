@@ -17,11 +17,11 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, record_node, same_type, values, values_mut, Known};
+use crate::kernels::dispatch::{host_f32, record_node, same_type, values, values_mut, Known};
 
 /// The rows of `table` (`[vocab, dim]`) named by `ids` (`[batch, seq]`), zero where `mask_pad`
 /// is `true`: `[batch, seq, dim]`. `None` on a backend without a host path.
-pub fn masked_embedding<B: Backend>(
+pub(crate) fn masked_embedding<B: Backend>(
     table: Tensor<B, 2>,
     ids: Tensor<B, 2, Int>,
     mask_pad: &Tensor<B, 2, Bool>,

@@ -13,7 +13,7 @@
 //! with ordinary (tracked) tensor operations as one large matmul, and this operation takes it as its
 //! input `projected`.
 //!
-//! [`recurrence`] checks at run time ([`crate::dispatch`]) whether `B` is
+//! [`recurrence`] checks at run time ([`crate::kernels::dispatch`]) whether `B` is
 //! `Autodiff<I>` for one of the inner backends compiled into this crate (Flex, ndarray, and wgpu /
 //! CUDA with the features of those names) and takes the fast path there. On any other backend it
 //! runs the same loop with ordinary tensor operations: on a plain backend (inference) that is
@@ -28,34 +28,15 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use crate::dispatch::{on_cpu, record_node, same_type};
-use crate::recurrence_host::{self, HostTape};
-
-/// The recurrent cell, with its gate layout along the last axis of `projected`, `weight` and `bias`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cell {
-    /// Gates `[input, forget, output, candidate]`: `c' = f·c + i·g`, `h' = o·tanh(c')`.
-    Lstm,
-    /// Gates `[update, reset, new]`, reset applied after the hidden matmul (Burn's `reset_after`):
-    /// `n = tanh(x_n + r·(h·W_n + b_n))`, `h' = (1 − z)·n + z·h`.
-    Gru,
-}
-
-impl Cell {
-    /// Gates per hidden unit.
-    pub fn gates(self) -> usize {
-        match self {
-            Cell::Lstm => 4,
-            Cell::Gru => 3,
-        }
-    }
-}
+use crate::kernels::dispatch::{on_cpu, record_node, same_type};
+pub(crate) use crate::kernels::recurrence::Cell;
+use crate::kernels::recurrence::{self as host_loop, order, HostTape};
 
 /// Runs `cell` over `projected` (`[batch, seq, gates × hidden]`: the input projection
 /// `x · W_x + b_x` of every step), with hidden weight `weight` (`[hidden, gates × hidden]`) and
 /// hidden bias `bias` (`[gates × hidden]`), from zero initial states; backwards in time when
 /// `reverse`. Returns the hidden state of every step, `[batch, seq, hidden]`.
-pub fn recurrence<B: Backend>(
+pub(crate) fn recurrence<B: Backend>(
     cell: Cell,
     projected: Tensor<B, 3>,
     weight: Tensor<B, 2>,
@@ -75,7 +56,7 @@ pub fn recurrence<B: Backend>(
     match one_node::<B>() {
         Some(run) => run(cell, inputs, reverse),
         None if on_cpu::<B>() => {
-            recurrence_host::forward(cell, inputs.projected, inputs.weight, inputs.bias, reverse, false).0
+            host_loop::forward(cell, inputs.projected, inputs.weight, inputs.bias, reverse, false).0
         }
         None => forward(cell, inputs, reverse, false).0,
     }
@@ -83,7 +64,7 @@ pub fn recurrence<B: Backend>(
 
 /// Whether [`recurrence`] runs as one autodiff node on `B` (`B` is `Autodiff<I>` for an inner
 /// backend compiled into this crate); otherwise it runs as ordinary tensor operations.
-pub fn runs_as_one_node<B: Backend>() -> bool {
+pub(crate) fn runs_as_one_node<B: Backend>() -> bool {
     one_node::<B>().is_some()
 }
 
@@ -91,8 +72,8 @@ pub fn runs_as_one_node<B: Backend>() -> bool {
 type OneNode<B> = fn(Cell, Inputs<B>, bool) -> Tensor<B, 3>;
 
 /// `B`'s one-node path, if `B` is `Autodiff<I>` for an inner backend compiled into this crate.
-/// CPU backends run the loop's arithmetic in host memory ([`recurrence_host`]); GPU backends as
-/// tensor operations (host memory would cost a round trip per step).
+/// CPU backends run the loop's arithmetic in host memory ([`crate::kernels::recurrence`]); GPU
+/// backends as tensor operations (host memory would cost a round trip per step).
 fn one_node<B: Backend>() -> Option<OneNode<B>> {
     let paths: &[(TypeId, OneNode<B>)] = &[
         path::<B, burn::backend::Flex>(Loop::Host),
@@ -108,7 +89,7 @@ fn one_node<B: Backend>() -> Option<OneNode<B>> {
 /// Where the one-node loop's arithmetic runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loop {
-    /// In host memory, one pass per step ([`recurrence_host`]).
+    /// In host memory, one pass per step ([`crate::kernels::recurrence`]).
     Host,
     /// As tensor operations on the backend ([`forward`]).
     Tensors,
@@ -152,7 +133,7 @@ fn tracked<I: Backend>(cell: Cell, inputs: Inputs<Autodiff<I>>, reverse: bool, h
         let (hidden, tape) = match how {
             Loop::Host => {
                 let (hidden, tape) =
-                    recurrence_host::forward(cell, inner.projected, inner.weight, inner.bias, reverse, record);
+                    host_loop::forward(cell, inner.projected, inner.weight, inner.bias, reverse, record);
                 (hidden, tape.map(Taped::Host))
             }
             Loop::Tensors => {
@@ -233,15 +214,6 @@ enum StepTape<B: Backend> {
         /// The new-gate output `n`, `tanh` output.
         new: Tensor<B, 2>,
     },
-}
-
-/// The steps of `seq` in the order they run.
-pub(crate) fn order(seq: usize, reverse: bool) -> Vec<usize> {
-    if reverse {
-        (0..seq).rev().collect()
-    } else {
-        (0..seq).collect()
-    }
 }
 
 fn sigmoid<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {

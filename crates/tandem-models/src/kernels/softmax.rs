@@ -1,31 +1,15 @@
-//! Softmax over the last dimension with its own backward pass on the CPU backends.
-//!
-//! Under autodiff, Burn's `softmax` is five tensor operations (max, subtract, exp, sum, divide),
-//! each allocating its result and recording its own backward: 12 % of a Transformer training
-//! step on Flex (`perf`). Here each pass is one vectorised loop per row ([`crate::host_op`]).
-//! Other backends, and Flex / ndarray without autodiff (where it is one fused kernel), run
-//! Burn's `softmax`.
+//! Softmax over the last dimension, forward and backward: one vectorised loop per row each way.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::TensorData;
+use tandem_simd::Kernel;
 
-use crate::dispatch::{values, values_mut};
-use crate::host_math::{dot, exp, max, sum};
-use crate::host_op::{self, row_len, HostOp};
-use crate::wide::{self, Kernel};
+use super::dispatch::{values, values_mut};
+use super::host_math::{dot, exp, max, sum};
+use super::host_op::{row_len, HostOp};
 
-/// `exp(x − max) / Σ exp(x − max)` over the last dimension, as Burn's `softmax(x, D − 1)`.
-pub fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    host_op::apply(Softmax, x.clone()).unwrap_or_else(|| burn::tensor::activation::softmax(x, D - 1))
-}
-
-/// Whether [`softmax_last`] runs with its own backward pass on `B`.
-pub fn has_own_backward<B: Backend>() -> bool {
-    host_op::one_node::<B, Softmax>()
-}
-
+/// Softmax over the last dimension as a [`HostOp`].
 #[derive(Clone, Copy, Debug)]
-struct Softmax;
+pub(crate) struct Softmax;
 
 impl HostOp for Softmax {
     const ON_NDARRAY: bool = true;
@@ -37,7 +21,7 @@ impl HostOp for Softmax {
     fn forward(self, x: TensorData) -> (TensorData, TensorData) {
         let row = row_len(&x);
         let mut p = vec![0f32; x.num_elements()];
-        wide::run(SoftmaxRows { x: values(&x), p: &mut p, row });
+        tandem_simd::run(SoftmaxRows { x: values(&x), p: &mut p, row });
         let p = TensorData::new(p, x.shape.clone());
         (p.clone(), p)
     }
@@ -45,7 +29,7 @@ impl HostOp for Softmax {
     /// Per row, `p ⊙ (g − Σ g ⊙ p)`.
     fn backward(self, p: &TensorData, mut grad: TensorData) -> TensorData {
         let row = row_len(p);
-        wide::run(SoftmaxRowsBackward { p: values(p), grad: values_mut(&mut grad), row });
+        tandem_simd::run(SoftmaxRowsBackward { p: values(p), grad: values_mut(&mut grad), row });
         grad
     }
 }

@@ -23,12 +23,12 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use crate::dispatch::{host_f32, on_cpu, record_node, same_type, values, Known};
-use crate::host_gemm::transposed;
+use crate::kernels::dispatch::{host_f32, on_cpu, record_node, same_type, values, Known};
+use crate::kernels::host_gemm::transposed;
 
 /// The kernel width and filter count of each convolution, in the order of the weight's columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Widths(pub Vec<(usize, usize)>);
+pub(crate) struct Widths(pub(crate) Vec<(usize, usize)>);
 
 impl Widths {
     pub(crate) fn widest(&self) -> usize {
@@ -56,7 +56,7 @@ impl Widths {
 /// columns of `weight` (`[widest × channels, filters]`, row `k × channels + c` = kernel offset
 /// `k`, channel `c`; zero past a narrower kernel's width), then the max over the
 /// positions where each kernel fits: `[batch, filters]`.
-pub fn conv_max<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -> Tensor<B, 2> {
+pub(crate) fn conv_max<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) -> Tensor<B, 2> {
     let [_, seq, channels] = x.dims();
     assert!(
         seq >= widths.widest() && weight.dims() == [widths.widest() * channels, widths.filters()],
@@ -86,7 +86,7 @@ fn own_backward<B: Backend>() -> Option<OneNode<B>> {
 }
 
 /// Whether [`conv_max`] runs with its own backward pass on `B`.
-pub fn has_own_backward<B: Backend>() -> bool {
+pub(crate) fn has_own_backward<B: Backend>() -> bool {
     own_backward::<B>().is_some()
 }
 

@@ -1,12 +1,12 @@
 //! Elementary functions for host-memory loops, without libm's (which are scalar, one call per
-//! value), so that loops over them vectorise; see [`crate::wide`].
+//! value), so that loops over them vectorise; see [`tandem_simd`].
 
 /// `e^x` without libm's `expf`, so that loops over it vectorise: Cephes' `expf` (range reduction
 /// by ln 2, degree-5 polynomial, relative error about 1e-7), `x` clamped to [−87, 88] (the
 /// result stays a normal, finite f32); NaN stays NaN, so a diverged run still shows.
 ///
 /// The polynomial runs on fused multiply-adds (`mul_add`): one vector instruction each in
-/// [`crate::wide`]'s AVX2 + FMA copy. On an x86 CPU without FMA each is a scalar libm call
+/// [`tandem_simd`]'s AVX2 + FMA copy. On an x86 CPU without FMA each is a scalar libm call
 /// (`fmaf`, the same result), and these loops no longer vectorise there.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {

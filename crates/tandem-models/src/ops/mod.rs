@@ -1,0 +1,11 @@
+//! The operations the blocks run on their fused path: the same maths as Burn's modules in fewer,
+//! larger operations, each with its own autodiff node (a hand-written backward pass) on the
+//! backends that have one and Burn's tensor operations elsewhere. Their host-memory loops are in
+//! [`crate::kernels`].
+
+pub(crate) mod conv_max;
+pub(crate) mod embedding;
+pub(crate) mod fused;
+pub(crate) mod host_ops;
+pub(crate) mod linear;
+pub(crate) mod recurrence;
