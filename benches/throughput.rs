@@ -28,8 +28,8 @@ use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use tandem_models::{Architecture, InputSpec, ModelConfig};
+use tandem_testing::reference_model;
 use tandem_train::optim::{adamw_config, AnyOptimizer};
-use tandem_train::testing::reference_model;
 use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
 
 const BATCH: usize = 64;

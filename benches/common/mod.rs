@@ -7,7 +7,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::Backend;
 use tandem_data::{Encoded, SplitConfig, Vocab, VocabConfig};
 use tandem_models::{Architecture, Classifier, InputSpec};
-use tandem_train::testing::reference_model;
+use tandem_testing::reference_model;
 use tandem_train::{EpochPlan, Sequential, Strategy, TrainConfig, TrainStats};
 
 pub type B = Autodiff<Flex>;

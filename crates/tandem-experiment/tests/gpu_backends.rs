@@ -16,9 +16,7 @@ use tandem_experiment::backend::probe_device;
 use tandem_experiment::BackendKind;
 use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 use tandem_parallel::{DataParallel, DataParallelConfig, ModelParallel, ModelParallelConfig, Schedule};
-use tandem_train::testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
-};
+use tandem_testing::{exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_models};
 use tandem_train::{Sequential, Strategy};
 
 type Reference = Autodiff<NdArray>;
@@ -194,7 +192,7 @@ fn every_architecture_agrees_with_ndarray_in_logits_and_every_gradient() {
 fn strategies_agree_on<B: AutodiffBackend>(name: &str, device: B::Device) {
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    for config in small_models() {
+    for config in toy_models() {
         let arch = config.architecture().name();
         let mut sequential = Sequential::new(initial_model::<B>(&config, vocab_size), &train, device.clone());
         one_epoch(&mut sequential, &data, &train);

@@ -3,10 +3,10 @@
 use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, NdArray};
-use tandem_models::{Classifier, ModelConfig};
+use tandem_models::{Architecture, Classifier, ModelConfig};
 use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
-use tandem_train::testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
+use tandem_testing::{
+    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
 };
 use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
 
@@ -57,7 +57,7 @@ fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllRe
 #[test]
 fn two_replicas_match_sequential_for_every_architecture_and_all_reduce() {
     let _serial = serial();
-    for config in small_models() {
+    for config in toy_models() {
         for kind in [AllReduceKind::Tree, AllReduceKind::Ring, AllReduceKind::Centralized] {
             assert_same_training(&config, 2, kind, true);
         }
@@ -67,7 +67,7 @@ fn two_replicas_match_sequential_for_every_architecture_and_all_reduce() {
 #[test]
 fn uneven_shards_and_dense_exchange_match_sequential() {
     let _serial = serial();
-    let gru = &small_models()[2];
+    let gru = &toy_model(Architecture::Gru);
     // 12 / 3 = 4 per replica, but the last batch of 4 splits 2 / 1 / 1.
     assert_same_training(gru, 3, AllReduceKind::Tree, true);
     // Batch 4 over 5 replicas leaves one replica without samples; it still joins every all-reduce.
@@ -89,7 +89,7 @@ fn communication_is_accounted_and_the_embedding_travels_as_rows() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let cnn = &small_models()[0];
+    let cnn = &toy_model(Architecture::Cnn);
     let stats = |sparse| {
         let mut parallel = data_parallel(
             initial_model(cnn, vocab_size),
@@ -119,7 +119,7 @@ fn small_buckets_split_the_exchange_but_not_the_result() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let transformer = &small_models()[3];
+    let transformer = &toy_model(Architecture::Transformer);
     let run = |bucket_mb| {
         let mut parallel = data_parallel(
             initial_model(transformer, vocab_size),
@@ -142,7 +142,7 @@ fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
     let (data, holdout, vocab_size) = toy_data();
     let train_cfg = TrainConfig { epochs: 2, ..exact_train_config() };
     let mut parallel = data_parallel(
-        initial_model(&small_models()[1], vocab_size),
+        initial_model(&toy_model(Architecture::Lstm), vocab_size),
         dp_config(2, AllReduceKind::Tree, true),
         &exact_train_config(),
     );
@@ -163,7 +163,7 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     let train = exact_train_config();
     // Dense exchange, so replica 0 never looks the bad token up and waits in the all-reduce.
     let mut parallel = data_parallel(
-        initial_model(&small_models()[2], vocab_size),
+        initial_model(&toy_model(Architecture::Gru), vocab_size),
         dp_config(2, AllReduceKind::Tree, false),
         &exact_train_config(),
     );
@@ -181,7 +181,7 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     assert!(parallel.model().parameter_values().iter().all(|v| v.is_finite()));
     let (good, _, _) = toy_data();
     let mut fresh = data_parallel(
-        initial_model(&small_models()[2], vocab_size),
+        initial_model(&toy_model(Architecture::Gru), vocab_size),
         dp_config(2, AllReduceKind::Tree, true),
         &exact_train_config(),
     );

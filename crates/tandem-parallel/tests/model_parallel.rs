@@ -4,11 +4,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, NdArray};
-use tandem_models::{Classifier, ModelConfig};
+use tandem_models::{Architecture, Classifier, ModelConfig};
 use tandem_parallel::link::{link, Interconnect};
 use tandem_parallel::{Balance, ModelParallel, ModelParallelConfig, Schedule};
-use tandem_train::testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
+use tandem_testing::{
+    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
 };
 use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
 
@@ -36,7 +36,7 @@ fn every_schedule_and_cut_matches_sequential_for_every_architecture() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    for config in small_models() {
+    for config in toy_models() {
         let mut sequential = Sequential::new(initial_model::<B>(&config, vocab_size), &train, Default::default());
         let expected = one_epoch(&mut sequential, &data, &train);
         let reference = sequential.model().parameter_values();
@@ -80,7 +80,7 @@ fn links_count_the_bytes_of_every_activation_and_gradient() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let cnn = &small_models()[0];
+    let cnn = &toy_model(Architecture::Cnn);
     // Cut after the embedding: each sample sends a [10 tokens × 16] f32 sequence forward and its
     // gradient back.
     let mut parallel = model_parallel(initial_model(cnn, vocab_size), &mp_config(vec![1], Schedule::GPIPE, 3), &train);
@@ -118,7 +118,7 @@ fn one_f_one_b_keeps_fewer_activations_than_gpipe_and_bubbles_are_reported() {
     let _serial = serial();
     let (data, holdout, vocab_size) = toy_data();
     let train_cfg = TrainConfig { epochs: 2, ..exact_train_config() };
-    let gru = &small_models()[2];
+    let gru = &toy_model(Architecture::Gru);
     let run = |schedule| {
         let mut parallel = model_parallel(initial_model(gru, vocab_size), &mp_config(vec![1], schedule, 4), &train_cfg);
         let records =
@@ -146,7 +146,7 @@ fn automatic_balance_picks_legal_cuts_and_bad_settings_are_refused() {
     let _serial = serial();
     let (_, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let transformer = &small_models()[3];
+    let transformer = &toy_model(Architecture::Transformer);
     for balance in [Balance::Params, Balance::Time] {
         let config = ModelParallelConfig { stages: 3, balance, ..Default::default() };
         let parallel = model_parallel(initial_model(transformer, vocab_size), &config, &train);
@@ -180,7 +180,7 @@ fn a_failing_stage_stops_the_run_with_its_name_instead_of_hanging() {
     let _serial = serial();
     let (mut data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let config: &ModelConfig = &small_models()[2];
+    let config: &ModelConfig = &toy_model(Architecture::Gru);
     let mut parallel =
         model_parallel(initial_model(config, vocab_size), &mp_config(vec![1], Schedule::ONE_F_ONE_B, 4), &train);
     // A token id outside the vocabulary in the third batch: the embedding (stage 0) fails.
@@ -215,7 +215,7 @@ fn interleaved_one_f_one_b_matches_sequential_for_every_architecture_with_enough
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let configs: Vec<ModelConfig> = small_models().iter().filter_map(two_layers).collect();
+    let configs: Vec<ModelConfig> = toy_models().iter().filter_map(two_layers).collect();
     assert_eq!(configs.len(), 3, "LSTM, GRU and Transformer");
     for config in configs {
         let name = config.architecture().name();

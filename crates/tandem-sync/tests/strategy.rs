@@ -1,10 +1,11 @@
 //! The predictive-sync strategy against vanilla model parallelism.
 
 use burn::backend::{Autodiff, NdArray};
+use tandem_models::Architecture;
 use tandem_parallel::{ModelParallel, ModelParallelConfig, Schedule};
 use tandem_sync::{PredictiveSyncConfig, PredictorConfig, TriggerConfig};
-use tandem_train::testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, small_models, toy_data,
+use tandem_testing::{
+    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
 };
 use tandem_train::Strategy;
 
@@ -36,7 +37,7 @@ fn a_sync_on_every_step_is_vanilla_model_parallelism() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    for config in small_models() {
+    for config in toy_models() {
         let name = config.architecture().name();
         let mut vanilla = ModelParallel::<B>::new(
             initial_model(&config, vocab_size),
@@ -78,7 +79,7 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let cnn = &small_models()[0];
+    let cnn = &toy_model(Architecture::Cnn);
     let run = |predictor: PredictorConfig| {
         let sync = sync_config(predictor, TriggerConfig::Periodic { every: 4 });
         let mut strategy =
@@ -117,7 +118,7 @@ fn a_replay_buffer_trains_the_kept_skipped_batches_at_the_next_sync() {
     let _serial = serial();
     let (data, _, vocab_size) = toy_data();
     let train = exact_train_config();
-    let cnn = &small_models()[0];
+    let cnn = &toy_model(Architecture::Cnn);
     let run = |replay_batches: usize| {
         let sync = PredictiveSyncConfig {
             replay_batches,

@@ -12,7 +12,6 @@ pub mod metrics;
 pub mod optim;
 mod sequential;
 mod step;
-pub mod testing;
 
 use std::ops::Range;
 use std::time::Instant;

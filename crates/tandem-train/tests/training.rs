@@ -3,9 +3,9 @@
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tolerance;
-use tandem_models::{Classifier, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_models::{Architecture, Classifier, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_testing::{toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
-use tandem_train::testing::{small_models, toy_data, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::{
     correct_predictions, gradients, train, EpochPlan, EpochRecord, Sequential, Strategy, StreamConfig, TrainConfig,
     TrainError, TrainStats,
@@ -60,7 +60,7 @@ fn same_seed_gives_identical_metrics_on_ndarray() {
 #[test]
 fn every_architecture_learns_the_toy_task() {
     let _serial = serial();
-    for model in small_models() {
+    for model in toy_models() {
         let records = run::<Autodiff<NdArray>>(&model, &config(6), 3);
         let first = &records[0];
         let last = records.last().unwrap();
@@ -80,7 +80,7 @@ fn flex_and_ndarray_agree_on_forward_and_gradients() {
     let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
     let indices: Vec<usize> = (0..16).collect();
     let tolerance = Tolerance::<f32>::relative(1e-4).set_absolute(1e-5);
-    for config in small_models() {
+    for config in toy_models() {
         let nd: Classifier<Nd> = config.init(&input, &Default::default());
         let fx: Classifier<Fx> = config.init::<Fx>(&input, &Default::default()).with_parameters_of(&nd);
 
@@ -112,7 +112,7 @@ fn clipping_bounds_the_global_gradient_norm() {
     type Nd = Autodiff<NdArray>;
     let (data, _, vocab_size) = toy_data();
     let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
-    let model: Classifier<Nd> = small_models()[0].init(&input, &Default::default());
+    let model: Classifier<Nd> = toy_model(Architecture::Cnn).init(&input, &Default::default());
     let (_, mut grads) = gradients(&model, data.batch::<Nd>(&[0, 1, 2, 3], &Default::default()));
     let before = gradient_norm(&model, &grads);
     assert!(before > 0.01);
@@ -219,7 +219,8 @@ fn recorded_run(stream: Option<StreamConfig>) -> (Vec<EpochRecord>, Vec<Vec<usiz
     let cfg = TrainConfig { stream, ..config(2) };
     let device = Default::default();
     tandem_train::seed_backend::<Nd>(&device, 5);
-    let initial = small_models()[0].init::<Nd>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device);
+    let initial =
+        toy_model(Architecture::Cnn).init::<Nd>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device);
     let mut strategy = Recording { inner: Sequential::new(initial.clone(), &cfg, device), batches: Vec::new() };
     let records = train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, &|_| {}, &mut |_| Ok(())).unwrap();
     (records, strategy.batches, initial)

@@ -6,7 +6,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
 use tandem_models::{Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
-use crate::{EpochPlan, Strategy, TrainConfig, TrainStats};
+use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainStats};
 
 /// Tokens per toy sample.
 pub const TOY_MAX_LEN: usize = 10;
@@ -44,19 +44,30 @@ pub fn toy_input(vocab_size: usize) -> InputSpec {
     InputSpec { vocab_size, max_len: TOY_MAX_LEN, num_classes: 4 }
 }
 
-/// CNN, LSTM, GRU and Transformer at toy sizes, dropout off.
-pub fn small_models() -> Vec<ModelConfig> {
-    vec![
-        ModelConfig::Cnn(CnnConfig {
+/// CNN, LSTM, GRU and Transformer at toy sizes, dropout off, in [`Architecture::ALL`]'s order
+/// (for tests that run every architecture).
+pub fn toy_models() -> [ModelConfig; 4] {
+    Architecture::ALL.map(toy_model)
+}
+
+/// The `architecture` at toy size (embedding 16; CNN 8 filters × widths 2/3; LSTM/GRU hidden
+/// 16; Transformer 1 layer, 2 heads, ff 32), dropout off.
+pub fn toy_model(architecture: Architecture) -> ModelConfig {
+    match architecture {
+        Architecture::Cnn => ModelConfig::Cnn(CnnConfig {
             embedding_dim: 16,
             filters: 8,
             kernel_widths: vec![2, 3],
             dropout: 0.0,
             ..Default::default()
         }),
-        ModelConfig::Lstm(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
-        ModelConfig::Gru(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() }),
-        ModelConfig::Transformer(TransformerConfig {
+        Architecture::Lstm => {
+            ModelConfig::Lstm(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() })
+        }
+        Architecture::Gru => {
+            ModelConfig::Gru(RecurrentConfig { embedding_dim: 16, hidden: 16, dropout: 0.0, ..Default::default() })
+        }
+        Architecture::Transformer => ModelConfig::Transformer(TransformerConfig {
             d_model: 16,
             heads: 2,
             layers: 1,
@@ -65,7 +76,7 @@ pub fn small_models() -> Vec<ModelConfig> {
             embedding_dropout: 0.0,
             ..Default::default()
         }),
-    ]
+    }
 }
 
 /// `‖a − b‖ / ‖b‖`: how far two parameter vectors are apart, relative to `b`.
