@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tandem_data::Encoded;
 use tandem_models::{Activation, Classifier};
+use tandem_results::{LinkFigures, PipelineFigures, PipelineRanks, StrategyFigures, SyncFigures, TrafficPerStep};
 use tandem_train::optim::clip_factor;
 use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
@@ -43,8 +43,10 @@ pub trait StepPolicy<B: AutodiffBackend>: Send {
     fn skip(&mut self, stage: &mut Stage<B>);
     /// Bytes of control messages this stage sent in the current epoch.
     fn control_bytes(&self) -> u64;
-    /// The epoch's figures for `extra`; starts a new epoch.
-    fn take_epoch_figures(&mut self) -> serde_json::Map<String, serde_json::Value>;
+    /// The epoch's protocol figures (names, step counts, horizons, forecast error); starts a new
+    /// epoch. The pipeline fills in the figures over all stages (control bytes, prediction time,
+    /// replayed samples).
+    fn take_epoch_figures(&mut self) -> SyncFigures;
 }
 
 /// How cut points are chosen when the manifest gives none.
@@ -1135,9 +1137,15 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let last = epochs.last().expect("at least one stage");
         let seconds = |f: fn(&StageEpoch) -> Duration| epochs.iter().map(|e| f(e).as_secs_f64()).collect::<Vec<f64>>();
         let bubble: Vec<f64> = epochs.iter().map(|e| e.idle.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).collect();
-        let per_step = |t: Traffic| json!({ "messages": t.messages as f64 / steps.max(1) as f64, "bytes": t.bytes as f64 / steps.max(1) as f64 });
-        let links: Vec<serde_json::Value> = (1..epochs.len())
-            .map(|s| json!({ "forward": per_step(epochs[s - 1].forward_traffic), "backward": per_step(epochs[s].backward_traffic) }))
+        let per_step = |t: Traffic| TrafficPerStep {
+            messages: t.messages as f64 / steps.max(1) as f64,
+            bytes: t.bytes as f64 / steps.max(1) as f64,
+        };
+        let links: Vec<LinkFigures> = (1..epochs.len())
+            .map(|s| LinkFigures {
+                forward: per_step(epochs[s - 1].forward_traffic),
+                backward: per_step(epochs[s].backward_traffic),
+            })
             .collect();
         let control: u64 = epochs.iter().map(|e| e.control_bytes).sum();
         let bytes: u64 =
@@ -1147,52 +1155,41 @@ impl<B: AutodiffBackend> ModelParallel<B> {
                 / epochs.len() as f64;
         // As run: a batch smaller than `micro_batches` runs one micro-batch per sample.
         let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(self.train.batch_size);
-        let mut extra = json!({
-            "stages": epochs.len(),
-            "cuts": self.cuts,
-            "schedule": self.config.schedule.name(),
-            "micro_batches": micro,
-            "interconnect": self.config.interconnect.name(),
-            "stage_parameters": self.stages.iter().map(|s| s.module().parameter_count()).collect::<Vec<_>>(),
-            "compute_seconds": seconds(|e| e.compute),
-            "transfer_seconds": seconds(|e| e.transfer),
-            "idle_seconds": seconds(|e| e.idle),
-            "bubble_fraction": bubble,
-            "bubble_fraction_mean": bubble.iter().sum::<f64>() / bubble.len() as f64,
-            "bubble_fraction_theory": theoretical_bubble(epochs.len(), micro),
-            "peak_live_activations": epochs.iter().map(|e| e.peak_live).collect::<Vec<_>>(),
-            "links_per_step": links,
-            // The keys every communicating strategy reports (read by `tandem report`).
-            "bytes_per_step": bytes as f64 / steps.max(1) as f64,
-            "communication_share": transfer_share,
-        });
-        if !self.policies.is_empty() {
-            extra["control_bytes_per_step"] = json!(control as f64 / steps.max(1) as f64);
-            extra["predict_seconds"] = json!(epochs.iter().map(|e| e.predict.as_secs_f64()).collect::<Vec<_>>());
-            extra["replayed_samples"] = json!(last.replayed_samples);
-        }
-        let mut extra = match extra {
-            serde_json::Value::Object(map) => map,
-            _ => unreachable!("json! of an object literal"),
-        };
-        if self.across.is_some() {
-            extra.insert("ranks".into(), json!(self.placement.ranks));
-            extra.insert("stages_per_rank".into(), json!(self.placement.per_rank));
-            extra.insert(
-                "cross_rank_bytes_per_step".into(),
-                json!(epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64 / steps.max(1) as f64),
-            );
-            extra.insert(
-                "cross_rank_seconds".into(),
-                json!(epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>()),
-            );
-        }
         // This process's first stage's policy speaks for the protocol (sync counts are the same
-        // on every stage); control bytes and prediction time are summed or listed per stage above.
-        let figures: Vec<_> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
-        if let Some(first) = figures.into_iter().nth(self.placement.local.start) {
-            extra.extend(first);
-        }
+        // on every stage); control bytes and prediction time are summed or listed per stage.
+        let policies: Vec<SyncFigures> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
+        let sync = policies.into_iter().nth(self.placement.local.start).map(|protocol| SyncFigures {
+            control_bytes_per_step: control as f64 / steps.max(1) as f64,
+            predict_seconds: seconds(|e| e.predict),
+            replayed_samples: last.replayed_samples,
+            ..protocol
+        });
+        let across_ranks = self.across.as_ref().map(|_| PipelineRanks {
+            ranks: self.placement.ranks,
+            stages_per_rank: self.placement.per_rank,
+            cross_rank_bytes_per_step: epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64 / steps.max(1) as f64,
+            cross_rank_seconds: epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>(),
+        });
+        let figures = PipelineFigures {
+            stages: epochs.len(),
+            cuts: self.cuts.clone(),
+            schedule: self.config.schedule.name().into(),
+            micro_batches: micro,
+            interconnect: self.config.interconnect.name().into(),
+            stage_parameters: self.stages.iter().map(|s| s.module().parameter_count()).collect(),
+            compute_seconds: seconds(|e| e.compute),
+            transfer_seconds: seconds(|e| e.transfer),
+            idle_seconds: seconds(|e| e.idle),
+            bubble_fraction_mean: bubble.iter().sum::<f64>() / bubble.len() as f64,
+            bubble_fraction: bubble,
+            bubble_fraction_theory: theoretical_bubble(epochs.len(), micro),
+            peak_live_activations: epochs.iter().map(|e| e.peak_live).collect(),
+            links_per_step: links,
+            bytes_per_step: bytes as f64 / steps.max(1) as f64,
+            communication_share: transfer_share,
+            sync,
+            across_ranks,
+        };
         // Loss over the samples trained on; samples over all the epoch consumed.
         TrainStats {
             loss: last.loss_sum / last.samples.max(1) as f64,
@@ -1200,7 +1197,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             steps,
             tested: last.samples,
             correct: last.correct,
-            extra,
+            figures: StrategyFigures::Pipeline(figures),
         }
     }
 }
