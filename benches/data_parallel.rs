@@ -58,15 +58,16 @@ fn main() {
         });
         let (dense, dense_stats) = parallel(false);
         let (sparse, stats) = parallel(true);
-        let number = |s: &TrainStats, k: &str| s.extra[k].as_f64().unwrap_or(f64::NAN);
+        let figures = |s: &TrainStats| s.figures.data_parallel().cloned().expect("data-parallel figures");
+        let (figures, dense_figures) = (figures(&stats), figures(&dense_stats));
         println!(
             "| {} | {seq1:.0} | {seq2:.0} | {dense:.0} | {sparse:.0} | **{:.2}×** | {:.1} % ({:.1} %) | {:.1} MB → {:.2} MB | {half:.0} | {:.0} ({:.2}×) | {independent:.0} ({:.2}×) |",
             arch.name(),
             sparse / seq1,
-            100.0 * number(&stats, "all_reduce_share"),
-            100.0 * number(&dense_stats, "all_reduce_share"),
-            number(&dense_stats, "bytes_sent_per_replica_per_step") / 1e6,
-            number(&stats, "bytes_sent_per_replica_per_step") / 1e6,
+            100.0 * figures.all_reduce_share,
+            100.0 * dense_figures.all_reduce_share,
+            dense_figures.bytes_sent_per_replica_per_step / 1e6,
+            figures.bytes_sent_per_replica_per_step / 1e6,
             2.0 * half,
             2.0 * half / seq1,
             independent / seq1,

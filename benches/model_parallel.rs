@@ -45,12 +45,8 @@ fn main() {
         let (slow, _, _) = parallel(Schedule::GPIPE, Interconnect::Preset(Preset::OneGbE));
         // Per stage: in the naive schedule the stages' idle shares show the balance of the cut.
         let bubble = |s: &TrainStats| {
-            let stages = s.extra["bubble_fraction"].as_array().cloned().unwrap_or_default();
-            stages
-                .iter()
-                .map(|b| format!("{:.0}", 100.0 * b.as_f64().unwrap_or(f64::NAN)))
-                .collect::<Vec<_>>()
-                .join("/")
+            let stages = s.figures.pipeline().map(|p| p.bubble_fraction.clone()).unwrap_or_default();
+            stages.iter().map(|b| format!("{:.0}", 100.0 * b)).collect::<Vec<_>>().join("/")
         };
         println!(
             "| {} | {cuts:?} | {seq:.0} | {micro_seq:.0} | {naive:.0} | {gpipe:.0} | {one_f_one_b:.0} | {:.2}× / **{:.2}×** / **{:.2}×** | {} / {} / {} % | {slow:.0} ({:.2}×) | {:.2} MB |",
@@ -62,7 +58,7 @@ fn main() {
             bubble(&gpipe_stats),
             bubble(&one_f_one_b_stats),
             slow / seq,
-            gpipe_stats.extra["bytes_per_step"].as_f64().unwrap_or(f64::NAN) / 1e6,
+            gpipe_stats.figures.bytes_per_step().unwrap_or(f64::NAN) / 1e6,
         );
     }
 }

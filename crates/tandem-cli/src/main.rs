@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use tandem_experiment::backend::is_compiled;
 use tandem_experiment::{run, BackendKind, Manifest, Ranks, RunOptions};
 
 #[derive(Parser)]
@@ -154,7 +155,7 @@ fn dispatch(command: Command) -> Result<(), String> {
                 manifest.experiment.seeds.len(),
                 manifest.experiment.backend
             );
-            if !manifest.experiment.backend.is_compiled() {
+            if !is_compiled(manifest.experiment.backend) {
                 println!("note: backend `{}` is not compiled into this build", manifest.experiment.backend);
             }
             Ok(())
@@ -162,11 +163,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::List => {
             println!("backends in this build:");
             for b in BackendKind::ALL {
-                println!(
-                    "  {:<8} {}",
-                    b.name(),
-                    if b.is_compiled() { "yes" } else { "no (cargo feature not enabled)" }
-                );
+                println!("  {:<8} {}", b.name(), if is_compiled(b) { "yes" } else { "no (cargo feature not enabled)" });
             }
             println!(
                 "multi-process jobs (mpirun): {}",

@@ -157,8 +157,8 @@ fn assert_rank_1_finished(run: &Path, epochs: usize) {
     assert_eq!(rank1["epochs_completed"], epochs, "{rank1}");
 }
 
-/// The last line of a run's `epochs.jsonl`.
-fn last_epoch(run: &Path) -> serde_json::Value {
+/// The last record of a run's `epochs.jsonl`.
+fn last_epoch(run: &Path) -> tandem_train::EpochRecord {
     let text = std::fs::read_to_string(run.join("epochs.jsonl")).unwrap();
     serde_json::from_str(text.lines().last().unwrap()).unwrap()
 }
@@ -191,10 +191,15 @@ fn stages_on_two_ranks_equal_stages_in_one_process() {
             "\n[cluster]\nranks = 2\n",
         ),
     );
-    let cuts = last_epoch(&run_dir(&out, "across", "gru-model-parallel-2s"))["extra"]["cuts"].clone();
+    let cuts = last_epoch(&run_dir(&out, "across", "gru-model-parallel-2s"))
+        .figures
+        .pipeline()
+        .expect("pipeline")
+        .cuts
+        .clone();
     run_in_one_process(
         &out,
-        &manifest(dir.path(), "single", &data, &(pipeline(&format!("cuts = {cuts}")) + sync + four), 2, ""),
+        &manifest(dir.path(), "single", &data, &(pipeline(&format!("cuts = {cuts:?}")) + sync + four), 2, ""),
     );
 
     for (run, per_rank) in [("gru-model-parallel-2s", 1), ("gru-predictive-sync", 1), ("gru-model-parallel-4s", 2)] {
@@ -211,12 +216,15 @@ fn stages_on_two_ranks_equal_stages_in_one_process() {
             "{cluster:?}"
         );
         // Every stage's figures are gathered on rank 0: the links count what one process counts.
-        let (a, b) = (last_epoch(&across), last_epoch(&single));
-        for key in
-            ["cuts", "bytes_per_step", "links_per_step", "peak_live_activations", "stage_parameters", "sync_steps"]
-        {
-            assert_eq!(a["extra"][key], b["extra"][key], "{run}: `{key}`");
-        }
+        let (a, b) = (last_epoch(&across).figures, last_epoch(&single).figures);
+        let (a, b) = (a.pipeline().expect("pipeline figures"), b.pipeline().expect("pipeline figures"));
+        assert_eq!(a.cuts, b.cuts, "{run}: `cuts`");
+        assert_eq!(a.bytes_per_step, b.bytes_per_step, "{run}: `bytes_per_step`");
+        assert_eq!(a.links_per_step, b.links_per_step, "{run}: `links_per_step`");
+        assert_eq!(a.peak_live_activations, b.peak_live_activations, "{run}: `peak_live_activations`");
+        assert_eq!(a.stage_parameters, b.stage_parameters, "{run}: `stage_parameters`");
+        let (a, b) = (a.sync.as_ref().map(|s| s.sync_steps), b.sync.as_ref().map(|s| s.sync_steps));
+        assert_eq!(a, b, "{run}: `sync_steps`");
         assert_rank_1_finished(&across, 2);
     }
 }

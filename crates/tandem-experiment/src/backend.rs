@@ -5,80 +5,22 @@ use std::str::FromStr;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use serde::{Deserialize, Serialize};
 
-/// A Burn backend Tandem can run on (each behind a cargo feature).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// Burn's pure-Rust CPU backend: the CPU backend for runs.
-    Flex,
-    /// ndarray CPU backend: the test suite's reference.
-    Ndarray,
-    /// Any GPU through wgpu (Vulkan, Metal, DX12).
-    Wgpu,
-    /// NVIDIA GPUs through CUDA.
-    Cuda,
-}
+pub use tandem_results::BackendKind;
 
-impl BackendKind {
-    pub const ALL: [BackendKind; 4] = [Self::Flex, Self::Ndarray, Self::Wgpu, Self::Cuda];
-
-    /// Name as written in manifests and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Flex => "flex",
-            Self::Ndarray => "ndarray",
-            Self::Wgpu => "wgpu",
-            Self::Cuda => "cuda",
-        }
-    }
-
-    /// Whether this build was compiled with the backend's cargo feature.
-    pub fn is_compiled(self) -> bool {
-        match self {
-            Self::Flex => cfg!(feature = "flex"),
-            Self::Ndarray => cfg!(feature = "ndarray"),
-            Self::Wgpu => cfg!(feature = "wgpu"),
-            Self::Cuda => cfg!(feature = "cuda"),
-        }
-    }
-
-    /// The backends this build can run on.
-    pub fn compiled() -> Vec<BackendKind> {
-        Self::ALL.into_iter().filter(|b| b.is_compiled()).collect()
-    }
-
-    /// Whether the backend computes on the CPU (a "device" is then a number of cores).
-    pub fn is_cpu(self) -> bool {
-        matches!(self, Self::Flex | Self::Ndarray)
-    }
-
-    /// The kind its devices are named with in manifests: `cpu`, `wgpu` or `cuda`.
-    pub fn device_kind(self) -> &'static str {
-        if self.is_cpu() {
-            "cpu"
-        } else {
-            self.name()
-        }
+/// Whether this build was compiled with `backend`'s cargo feature.
+pub fn is_compiled(backend: BackendKind) -> bool {
+    match backend {
+        BackendKind::Flex => cfg!(feature = "flex"),
+        BackendKind::Ndarray => cfg!(feature = "ndarray"),
+        BackendKind::Wgpu => cfg!(feature = "wgpu"),
+        BackendKind::Cuda => cfg!(feature = "cuda"),
     }
 }
 
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for BackendKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| format!("unknown backend `{s}` (expected one of: flex, ndarray, wgpu, cuda)"))
-    }
+/// The backends this build can run on.
+pub fn compiled_backends() -> Vec<BackendKind> {
+    BackendKind::ALL.into_iter().filter(|b| is_compiled(*b)).collect()
 }
 
 /// A device as manifests name it: `cpu`, `wgpu:0`, `cuda:1`.

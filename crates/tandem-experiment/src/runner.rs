@@ -10,7 +10,7 @@ use tandem_models::{Classifier, InputSpec};
 use tandem_parallel::{fingerprint, DataParallel, ModelParallel, Ranks};
 use tandem_train::{EpochRecord, Sequential, Strategy};
 
-use crate::backend::{BackendKind, DeviceSpec};
+use crate::backend::{compiled_backends, is_compiled, BackendKind, DeviceSpec};
 use crate::manifest::{Manifest, ModelEntry, StrategyConfig};
 use crate::results::{self, ClusterInfo, RankLog, RunStatus, RunSummary};
 
@@ -105,10 +105,10 @@ pub fn prepare_data(manifest: &Manifest) -> Result<PreparedData, RunError> {
 /// A failed run is recorded (with the epochs it finished) and the others still run.
 pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>, RunError> {
     let backend = options.backend.unwrap_or(manifest.experiment.backend);
-    if !backend.is_compiled() {
+    if !is_compiled(backend) {
         return Err(RunError::Config(format!(
             "backend `{backend}` is not compiled into this build (it has: {}); rebuild with `--features {backend}`",
-            BackendKind::compiled().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+            compiled_backends().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
         )));
     }
     let devices = run_devices(manifest, options, backend)?;
@@ -278,6 +278,7 @@ fn run_one(
     let (records, parameters) = (outcome.records, outcome.parameters);
     ctx.progress.finish_and_clear();
     let mut summary = RunSummary {
+        format_version: tandem_results::FORMAT_VERSION,
         status: if error.is_some() { RunStatus::Failed } else { RunStatus::Finished },
         error,
         experiment: manifest.experiment.name.clone(),
@@ -316,7 +317,7 @@ fn run_one(
         tandem_version: crate::VERSION.into(),
         started_at,
         finished_at: results::now_utc(),
-        extra: Default::default(),
+        figures: Default::default(),
         cluster: None,
     };
     summary.set_epochs(&records);

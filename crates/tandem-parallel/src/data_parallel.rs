@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tandem_models::Classifier;
+use tandem_results::{DataParallelFigures, StrategyFigures};
 use tandem_train::optim::AnyOptimizer;
 use tandem_train::{tested_gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
 
@@ -348,31 +348,26 @@ impl<B: AutodiffBackend> DataParallel<B> {
         let all_reduce_seconds = epochs.iter().map(|e| e.comm.seconds).sum::<f64>() / n;
         let cross_rank_seconds = epochs.iter().map(|e| e.comm.cross_rank_seconds).sum::<f64>() / n;
         let step_seconds = epochs.iter().map(|e| e.step_seconds).sum::<f64>() / n;
-        let extra = json!({
-            "replicas": self.replicas.len(),
-            "all_reduce": self.config.all_reduce.name(),
-            "buckets_per_step": self.replicas[0].exchange.num_buckets(),
-            "sparse_embedding": self.replicas[0].exchange.is_row_sparse(),
-            "all_reduce_calls_per_step": per_step(|c| c.all_reduce_calls),
-            "bytes_sent_per_replica_per_step": per_step(|c| c.bytes_sent),
-            "bytes_received_per_replica_per_step": per_step(|c| c.bytes_received),
-            "dense_bytes_per_replica_per_step": per_step(|c| c.dense_bytes),
-            "all_reduce_seconds": all_reduce_seconds,
-            "step_seconds": step_seconds,
-            "all_reduce_share": all_reduce_seconds / step_seconds.max(1e-12),
-            // The keys every communicating strategy reports (read by `tandem report`).
+        let figures = DataParallelFigures {
+            replicas: self.replicas.len(),
+            all_reduce: self.config.all_reduce.name().into(),
+            buckets_per_step: self.replicas[0].exchange.num_buckets(),
+            sparse_embedding: self.replicas[0].exchange.is_row_sparse(),
+            all_reduce_calls_per_step: per_step(|c| c.all_reduce_calls),
+            bytes_sent_per_replica_per_step: per_step(|c| c.bytes_sent),
+            bytes_received_per_replica_per_step: per_step(|c| c.bytes_received),
+            dense_bytes_per_replica_per_step: per_step(|c| c.dense_bytes),
+            all_reduce_seconds,
+            step_seconds,
+            all_reduce_share: all_reduce_seconds / step_seconds.max(1e-12),
             // Bytes every replica of every rank sent, within and across ranks.
-            "bytes_per_step": per_step(|c| c.bytes_sent + c.cross_rank_bytes) * n * self.ranks as f64,
-            "communication_share": all_reduce_seconds / step_seconds.max(1e-12),
-            "replica_max_abs_difference": self.max_replica_difference(),
-            "ranks": self.ranks,
-            "cross_rank_seconds": cross_rank_seconds,
-            "cross_rank_bytes_per_replica_per_step": per_step(|c| c.cross_rank_bytes),
-        });
-        let extra = match extra {
-            serde_json::Value::Object(map) => map,
-            _ => unreachable!("json! of an object literal"),
+            bytes_per_step: per_step(|c| c.bytes_sent + c.cross_rank_bytes) * n * self.ranks as f64,
+            communication_share: all_reduce_seconds / step_seconds.max(1e-12),
+            replica_max_abs_difference: self.max_replica_difference(),
+            ranks: self.ranks,
+            cross_rank_seconds,
+            cross_rank_bytes_per_replica_per_step: per_step(|c| c.cross_rank_bytes),
         };
-        TrainStats { loss, samples, steps, tested: samples, correct, extra }
+        TrainStats { loss, samples, steps, tested: samples, correct, figures: StrategyFigures::DataParallel(figures) }
     }
 }

@@ -96,22 +96,18 @@ fn communication_is_accounted_and_the_embedding_travels_as_rows() {
             dp_config(2, AllReduceKind::Tree, sparse),
             &exact_train_config(),
         );
-        one_epoch(&mut parallel, &data, &train).extra
+        one_epoch(&mut parallel, &data, &train).figures.data_parallel().unwrap().clone()
     };
     let (sparse, dense) = (stats(true), stats(false));
-    let number = |m: &serde_json::Map<String, serde_json::Value>, k: &str| m[k].as_f64().unwrap();
     let parameters = initial_model::<B>(cnn, vocab_size).parameter_count() as f64;
     // Two peers, tree: each sends (and receives) every reduced value once, 4 bytes each.
-    assert_eq!(number(&dense, "bytes_sent_per_replica_per_step"), 4.0 * parameters);
-    assert_eq!(number(&dense, "dense_bytes_per_replica_per_step"), 4.0 * parameters);
-    assert!(number(&sparse, "bytes_sent_per_replica_per_step") < 4.0 * parameters);
-    assert_eq!(
-        number(&sparse, "bytes_received_per_replica_per_step"),
-        number(&sparse, "bytes_sent_per_replica_per_step")
-    );
+    assert_eq!(dense.bytes_sent_per_replica_per_step, 4.0 * parameters);
+    assert_eq!(dense.dense_bytes_per_replica_per_step, 4.0 * parameters);
+    assert!(sparse.bytes_sent_per_replica_per_step < 4.0 * parameters);
+    assert_eq!(sparse.bytes_received_per_replica_per_step, sparse.bytes_sent_per_replica_per_step);
     // One bucket for the dense gradients plus one call for the embedding rows.
-    assert_eq!(number(&sparse, "all_reduce_calls_per_step"), 2.0);
-    assert!((0.0..=1.0).contains(&number(&sparse, "all_reduce_share")));
+    assert_eq!(sparse.all_reduce_calls_per_step, 2.0);
+    assert!((0.0..=1.0).contains(&sparse.all_reduce_share));
 }
 
 #[test]
@@ -127,7 +123,7 @@ fn small_buckets_split_the_exchange_but_not_the_result() {
             &train,
         );
         let stats = one_epoch(&mut parallel, &data, &train);
-        (stats.extra["buckets_per_step"].as_u64().unwrap(), parallel.model().parameter_values())
+        (stats.figures.data_parallel().unwrap().buckets_per_step, parallel.model().parameter_values())
     };
     let (one, a) = run(25.0);
     let (many, b) = run(0.001); // 1 KiB buckets
@@ -150,7 +146,7 @@ fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
         train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
     assert_eq!(records.len(), 2);
     for r in &records {
-        assert_eq!(r.extra["replica_max_abs_difference"].as_f64(), Some(0.0));
+        assert_eq!(r.figures.data_parallel().map(|d| d.replica_max_abs_difference), Some(0.0));
         assert_eq!(r.holdout.confusion.total(), holdout.len() as u64, "every holdout sample evaluated once");
     }
     assert_ne!(tandem_data::epoch_order(data.len(), 9, 0), tandem_data::epoch_order(data.len(), 9, 1));

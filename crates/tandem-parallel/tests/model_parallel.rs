@@ -85,15 +85,16 @@ fn links_count_the_bytes_of_every_activation_and_gradient() {
     // gradient back.
     let mut parallel = model_parallel(initial_model(cnn, vocab_size), &mp_config(vec![1], Schedule::GPIPE, 3), &train);
     let stats = one_epoch(&mut parallel, &data, &train);
-    let link = &stats.extra["links_per_step"][0];
-    let per_epoch = |direction: &str, what: &str| link[direction][what].as_f64().unwrap() * stats.steps as f64;
+    let pipeline = stats.figures.pipeline().unwrap();
+    let link = &pipeline.links_per_step[0];
+    let per_epoch = |value: f64| value * stats.steps as f64;
     let bytes = (data.len() * 10 * 16 * 4) as f64;
-    assert!((per_epoch("forward", "bytes") - bytes).abs() < 1e-6 * bytes);
-    assert!((per_epoch("backward", "bytes") - bytes).abs() < 1e-6 * bytes);
+    assert!((per_epoch(link.forward.bytes) - bytes).abs() < 1e-6 * bytes);
+    assert!((per_epoch(link.backward.bytes) - bytes).abs() < 1e-6 * bytes);
     // 13 batches of 3 micro-batches and a last one (4 samples) of 3.
-    assert!((per_epoch("forward", "messages") - 42.0).abs() < 1e-9);
-    assert!((per_epoch("backward", "messages") - 42.0).abs() < 1e-9);
-    assert_eq!(stats.extra["cuts"], serde_json::json!([1]));
+    assert!((per_epoch(link.forward.messages) - 42.0).abs() < 1e-9);
+    assert!((per_epoch(link.backward.messages) - 42.0).abs() < 1e-9);
+    assert_eq!(pipeline.cuts, [1]);
 }
 
 #[test]
@@ -126,17 +127,21 @@ fn one_f_one_b_keeps_fewer_activations_than_gpipe_and_bubbles_are_reported() {
                 .unwrap();
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].holdout.confusion.total(), holdout.len() as u64, "every holdout sample evaluated once");
-        records[1].extra.clone()
+        records[1].figures.pipeline().unwrap().clone()
     };
     let (gpipe, one_f_one_b) = (run(Schedule::GPIPE), run(Schedule::ONE_F_ONE_B));
-    assert_eq!(gpipe["peak_live_activations"], serde_json::json!([4, 4]));
-    assert_eq!(one_f_one_b["peak_live_activations"], serde_json::json!([2, 1]));
-    assert_eq!(gpipe["bubble_fraction_theory"].as_f64(), Some(1.0 / 5.0));
-    for extra in [&gpipe, &one_f_one_b] {
-        for key in ["bubble_fraction", "compute_seconds", "idle_seconds", "transfer_seconds"] {
-            let values = extra[key].as_array().unwrap();
+    assert_eq!(gpipe.peak_live_activations, [4, 4]);
+    assert_eq!(one_f_one_b.peak_live_activations, [2, 1]);
+    assert_eq!(gpipe.bubble_fraction_theory, 1.0 / 5.0);
+    for figures in [&gpipe, &one_f_one_b] {
+        for (key, values) in [
+            ("bubble_fraction", &figures.bubble_fraction),
+            ("compute_seconds", &figures.compute_seconds),
+            ("idle_seconds", &figures.idle_seconds),
+            ("transfer_seconds", &figures.transfer_seconds),
+        ] {
             assert_eq!(values.len(), 2, "{key}");
-            assert!(values.iter().all(|v| (0.0..1e4).contains(&v.as_f64().unwrap())), "{key}: {values:?}");
+            assert!(values.iter().all(|v| (0.0..1e4).contains(v)), "{key}: {values:?}");
         }
     }
 }
@@ -247,7 +252,7 @@ fn interleaved_one_f_one_b_matches_sequential_for_every_architecture_with_enough
             assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once");
             assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name}: test-then-train");
             // Three boundaries, each crossed by every micro-batch once each way.
-            assert_eq!(got.extra["links_per_step"].as_array().map(Vec::len), Some(3), "{name}");
+            assert_eq!(got.figures.pipeline().map(|p| p.links_per_step.len()), Some(3), "{name}");
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::collect::Run;
+use tandem_results::{BackendKind, ClassificationMetrics, Run, RunSummary};
 
 /// The strategy label every other strategy's speedup is measured against.
 pub const BASELINE: &str = "sequential";
@@ -145,11 +145,10 @@ fn groups<'a>(runs: &[&'a Run]) -> Vec<Group<'a>> {
 fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
     let summaries: Vec<_> = members.iter().filter_map(|r| r.finished()).collect();
     let first = summaries[0];
-    let stat = |f: &dyn Fn(&tandem_experiment::RunSummary) -> f64| {
+    let stat = |f: &dyn Fn(&RunSummary) -> f64| {
         Stat::of(&summaries.iter().map(|s| f(s)).collect::<Vec<_>>()).expect("a group has at least one run")
     };
-    let metric =
-        |f: fn(&tandem_train::ClassificationMetrics) -> f64| stat(&|s| s.final_metrics.as_ref().map_or(0.0, f));
+    let metric = |f: fn(&ClassificationMetrics) -> f64| stat(&|s| s.final_metrics.as_ref().map_or(0.0, f));
     let speedups: Vec<f64> = summaries
         .iter()
         .filter_map(|s| {
@@ -198,16 +197,8 @@ pub fn accuracy_curve(runs: &[&Run]) -> Vec<(f64, f64)> {
 /// Per stage of a model-parallel run, mean over `runs` of the last epoch's compute, transfer and
 /// idle seconds; empty for strategies without stages.
 pub fn stage_breakdown(runs: &[&Run]) -> Vec<[f64; 3]> {
-    let per_run: Vec<Vec<[f64; 3]>> = runs
-        .iter()
-        .filter_map(|r| {
-            let extra = &r.epochs.last()?.extra;
-            let list =
-                |key: &str| -> Option<Vec<f64>> { extra.get(key)?.as_array()?.iter().map(|v| v.as_f64()).collect() };
-            let (c, t, i) = (list("compute_seconds")?, list("transfer_seconds")?, list("idle_seconds")?);
-            Some(c.iter().zip(&t).zip(&i).map(|((c, t), i)| [*c, *t, *i]).collect())
-        })
-        .collect();
+    let per_run: Vec<Vec<[f64; 3]>> =
+        runs.iter().filter_map(|r| Some(r.last_figures()?.pipeline()?.stage_seconds())).collect();
     let Some(stages) = per_run.iter().map(Vec::len).min() else { return Vec::new() };
     let n = per_run.len() as f64;
     (0..stages).map(|s| std::array::from_fn(|k| per_run.iter().map(|r| r[s][k]).sum::<f64>() / n)).collect()
@@ -227,7 +218,7 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
 }
 
 /// E.g. "2 × Cpu, 1 thread each", "2 × Cuda(0), shared" or "Cuda(0), Cuda(1)".
-fn describe_devices(run: &tandem_experiment::RunSummary) -> String {
+fn describe_devices(run: &RunSummary) -> String {
     let per_rank = describe_rank_devices(run);
     match &run.cluster {
         Some(cluster) => format!("{} ranks × ({per_rank})", cluster.ranks),
@@ -236,8 +227,8 @@ fn describe_devices(run: &tandem_experiment::RunSummary) -> String {
 }
 
 /// The devices of one process (rank 0's, in a multi-process run).
-fn describe_rank_devices(run: &tandem_experiment::RunSummary) -> String {
-    let cpu = run.backend.parse::<tandem_experiment::BackendKind>().is_ok_and(|b| b.is_cpu());
+fn describe_rank_devices(run: &RunSummary) -> String {
+    let cpu = run.backend.parse::<BackendKind>().is_ok_and(|b| b.is_cpu());
     let first = run.devices.first().map_or("?", |d| d.as_str());
     let count = run.devices.len();
     if cpu {

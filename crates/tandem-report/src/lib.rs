@@ -6,7 +6,6 @@
 //! finish are listed, never averaged.
 
 pub mod aggregate;
-pub mod collect;
 pub mod document;
 pub mod plots;
 pub mod sync;
@@ -14,14 +13,14 @@ pub mod sync;
 use std::path::{Path, PathBuf};
 
 use aggregate::{summarize, SettingTable, Stat};
-use collect::{Run, RunState};
 use document::{Block, Document};
+use tandem_results::{FindError, Run, RunState, StrategyFigures};
 
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("{0}")]
-    Input(String),
+    #[error(transparent)]
+    Input(#[from] FindError),
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot draw {plot}: {message}")]
@@ -41,11 +40,11 @@ pub struct ReportFiles {
 
 /// Reads every run under `inputs` and writes `report.md`, `report.html` and the SVG plots to `out`.
 pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, ReportError> {
-    let runs = collect::collect_runs(inputs)?;
+    let runs = tandem_results::find_runs(inputs)?;
     let document = build(&runs, inputs)?;
     let write = |name: &str, text: &str| -> Result<PathBuf, ReportError> {
         let path = out.join(name);
-        tandem_experiment::results::write_atomic(&path, text.as_bytes())
+        tandem_results::write_atomic(&path, text.as_bytes())
             .map_err(|source| ReportError::Write { path: path.clone(), source })?;
         Ok(path)
     };
@@ -191,16 +190,12 @@ fn communication_table(doc: &mut Document, table: &SettingTable) {
         .iter()
         .filter(|g| g.bytes.is_some())
         .map(|g| {
-            let first = g.runs[0];
-            let per_step = first.extra_f64("bytes_per_step").unwrap_or(0.0);
-            let detail = if let Some(replica) = first.extra_f64("bytes_sent_per_replica_per_step") {
-                format!("{:.3} MB sent per replica", replica / 1e6)
-            } else if let Some(links) = first
-                .epochs
-                .last()
-                .and_then(|e| e.extra.get("links_per_step"))
-                .and_then(|l| l.as_array())
-                .filter(|l| !l.is_empty())
+            let figures = g.runs[0].last_figures();
+            let per_step = figures.and_then(StrategyFigures::bytes_per_step).unwrap_or(0.0);
+            let detail = if let Some(replicas) = figures.and_then(StrategyFigures::data_parallel) {
+                format!("{:.3} MB sent per replica", replicas.bytes_sent_per_replica_per_step / 1e6)
+            } else if let Some(links) =
+                figures.and_then(StrategyFigures::pipeline).map(|p| &p.links_per_step).filter(|l| !l.is_empty())
             {
                 format!(
                     "{:.3} MB per link ({} link{})",

@@ -2,8 +2,10 @@
 //! predictor is only useful where it beats `static` (skipping the same batches without
 //! predicting) at the same number of sync steps.
 //!
-//! Read from the runs: strategy labels starting with [`PREDICTIVE`]; in each epoch's `extra`,
-//! `predictor` and `trigger` (names) and `sync_steps` (that epoch's count).
+//! Read from the runs: strategy labels starting with [`PREDICTIVE`], and each record's sync
+//! figures: the predictor's and trigger's names, and its count of sync steps.
+
+use tandem_results::SyncFigures;
 
 use crate::aggregate::{Group, SettingTable, Stat};
 
@@ -35,12 +37,17 @@ pub struct SyncComparison {
     pub versus_static: Option<(String, f64)>,
 }
 
-fn label(g: &Group, key: &str) -> String {
-    g.runs.first().and_then(|r| r.extra_str(key)).unwrap_or_else(|| "?".into())
+/// The name `of` the first run's last sync figures give ("?" without them).
+fn label(g: &Group, of: fn(&SyncFigures) -> &str) -> String {
+    g.runs.first().and_then(|r| r.last_figures()?.sync()).map_or_else(|| "?".into(), |s| of(s).to_string())
+}
+
+fn predictor_of(g: &Group) -> String {
+    label(g, |s| &s.predictor)
 }
 
 fn mean_sync_steps(g: &Group) -> Option<Stat> {
-    Stat::of(&g.runs.iter().filter_map(|r| r.extra_sum("sync_steps")).collect::<Vec<_>>())
+    Stat::of(&g.runs.iter().filter_map(|r| r.sync_steps()).collect::<Vec<_>>())
 }
 
 /// The comparisons for every predictive-sync group of `table` that has a vanilla reference.
@@ -51,12 +58,12 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
         .filter_map(|g| {
             let vanilla = table.groups.iter().find(|v| v.model == g.model && v.strategy.starts_with(VANILLA))?;
             let sync_steps = mean_sync_steps(g);
-            let predictor = label(g, "predictor");
+            let predictor = predictor_of(g);
             let versus_static = (predictor != "static")
                 .then(|| {
                     predictive.iter().find(|s| {
                         s.model == g.model
-                            && label(s, "predictor") == "static"
+                            && predictor_of(s) == "static"
                             && matches!((mean_sync_steps(s), sync_steps), (Some(a), Some(b)) if (a.mean - b.mean).abs() < 0.5)
                     })
                 })
@@ -66,7 +73,7 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 model: g.model.clone(),
                 strategy: g.strategy.clone(),
                 predictor,
-                trigger: label(g, "trigger"),
+                trigger: label(g, |s| &s.trigger),
                 reference: vanilla.strategy.clone(),
                 sync_steps,
                 communication_reduction: match (vanilla.bytes, g.bytes) {

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
-use tandem_experiment::results::{write_epochs, write_json, RunStatus};
-use tandem_experiment::RunSummary;
 use tandem_report::aggregate::{pareto_front, summarize, Stat};
-use tandem_report::collect::{collect_runs, RunState};
-use tandem_train::{ClassificationMetrics, ConfusionMatrix, EpochRecord};
+use tandem_results::{
+    find_runs, write_epochs, write_json, ClassificationMetrics, ConfusionMatrix, DataParallelFigures, EpochRecord,
+    LinkFigures, PipelineFigures, RunState, RunStatus, RunSummary, StrategyFigures, SyncFigures, TrafficPerStep,
+    FORMAT_VERSION,
+};
 
 /// Two balanced classes of 100 samples, `correct` of each right: accuracy, precision and recall
 /// are all `correct / 100`.
@@ -18,8 +18,8 @@ fn metrics(correct: u64) -> ClassificationMetrics {
     })
 }
 
-/// `accuracies.len()` epochs of `seconds` each, 10 steps each, with `extra` as strategy figures.
-fn epochs(seconds: f64, accuracies: &[u64], extra: &Value) -> Vec<EpochRecord> {
+/// `accuracies.len()` epochs of `seconds` each, 10 steps each, with `figures` as strategy figures.
+fn epochs(seconds: f64, accuracies: &[u64], figures: &StrategyFigures) -> Vec<EpochRecord> {
     accuracies
         .iter()
         .enumerate()
@@ -36,7 +36,7 @@ fn epochs(seconds: f64, accuracies: &[u64], extra: &Value) -> Vec<EpochRecord> {
             steps: 10,
             prequential_accuracy: None,
             prequential_samples: 0,
-            extra: extra.as_object().cloned().unwrap_or_default(),
+            figures: figures.clone(),
         })
         .collect()
 }
@@ -48,7 +48,7 @@ struct RunSpec<'a> {
     machine: &'a str,
     epoch_seconds: f64,
     accuracies: &'a [u64],
-    extra: Value,
+    figures: StrategyFigures,
 }
 
 impl<'a> RunSpec<'a> {
@@ -60,13 +60,14 @@ impl<'a> RunSpec<'a> {
             machine: "test machine, 2 logical cores",
             epoch_seconds,
             accuracies,
-            extra: json!({}),
+            figures: StrategyFigures::Sequential,
         }
     }
 }
 
 fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
     let mut s = RunSummary {
+        format_version: FORMAT_VERSION,
         status: RunStatus::Finished,
         error: None,
         experiment: "exp".into(),
@@ -99,7 +100,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         tandem_version: "0.1.0".into(),
         started_at: "2026-12-01T00:00:00Z".into(),
         finished_at: "2026-12-01T00:01:00Z".into(),
-        extra: Default::default(),
+        figures: Default::default(),
         cluster: None,
     };
     s.set_epochs(records);
@@ -108,7 +109,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
 
 /// Writes a finished run to `<root>/exp/<run-id>/` and returns its folder.
 fn write_run(root: &Path, spec: RunSpec) -> PathBuf {
-    let records = epochs(spec.epoch_seconds, spec.accuracies, &spec.extra);
+    let records = epochs(spec.epoch_seconds, spec.accuracies, &spec.figures);
     let s = summary(&spec, &records);
     let dir = root.join("exp").join(format!("{}-m{}", s.run_id, spec.machine.len()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -136,16 +137,16 @@ fn groups_aggregate_over_seeds_and_speedups_pair_with_the_same_seed_and_setting(
     // Sequential: 2 epochs of 50 / 60 s → 100 / 120 s; data parallel 50 / 80 s → speedups 2.0, 1.5.
     write_run(root.path(), RunSpec::new("cnn", "sequential", 1, 50.0, &[70, 80]));
     write_run(root.path(), RunSpec::new("cnn", "sequential", 2, 60.0, &[70, 82]));
-    let dp = json!({ "bytes_per_step": 1000.0, "communication_share": 0.25, "bytes_sent_per_replica_per_step": 500.0 });
+    let dp = dp_figures(1000.0, 0.25, 500.0);
     write_run(
         root.path(),
-        RunSpec { extra: dp.clone(), ..RunSpec::new("cnn", "data-parallel-2x-tree", 1, 25.0, &[70, 81]) },
+        RunSpec { figures: dp.clone(), ..RunSpec::new("cnn", "data-parallel-2x-tree", 1, 25.0, &[70, 81]) },
     );
-    write_run(root.path(), RunSpec { extra: dp, ..RunSpec::new("cnn", "data-parallel-2x-tree", 2, 40.0, &[70, 79]) });
+    write_run(root.path(), RunSpec { figures: dp, ..RunSpec::new("cnn", "data-parallel-2x-tree", 2, 40.0, &[70, 79]) });
     // Same model and seed on another machine: a setting of its own, never paired with the above.
     write_run(root.path(), RunSpec { machine: "other machine", ..RunSpec::new("cnn", "sequential", 1, 1.0, &[60]) });
 
-    let runs = collect_runs(&[root.path().to_path_buf()]).unwrap();
+    let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
     assert_eq!(runs.len(), 5);
     let tables = summarize(&runs);
     assert_eq!(tables.len(), 2, "two machines are two settings");
@@ -186,14 +187,14 @@ fn failed_interrupted_and_unreadable_runs_are_listed_and_not_averaged() {
     let interrupted = root.path().join("exp/gru-sequential-seed3");
     std::fs::create_dir_all(&interrupted).unwrap();
     std::fs::write(interrupted.join("manifest.toml"), "").unwrap();
-    write_epochs(&interrupted.join("epochs.jsonl"), &epochs(10.0, &[75], &json!({}))).unwrap();
+    write_epochs(&interrupted.join("epochs.jsonl"), &epochs(10.0, &[75], &StrategyFigures::Sequential)).unwrap();
     // Unreadable: a damaged second line.
     let damaged = root.path().join("exp/gru-sequential-seed4");
     std::fs::create_dir_all(&damaged).unwrap();
-    let good = serde_json::to_string(&epochs(10.0, &[75], &json!({}))[0]).unwrap();
+    let good = serde_json::to_string(&epochs(10.0, &[75], &StrategyFigures::Sequential)[0]).unwrap();
     std::fs::write(damaged.join("epochs.jsonl"), format!("{good}\n{{\"epoch\": 2, \n")).unwrap();
 
-    let runs = collect_runs(&[root.path().join("exp")]).unwrap();
+    let runs = find_runs(&[root.path().join("exp")]).unwrap();
     let states: Vec<&RunState> = runs.iter().map(|r| &r.state).collect();
     assert_eq!(states.iter().filter(|s| ***s == RunState::Finished).count(), 1);
     assert!(states.iter().any(|s| matches!(s, RunState::Failed(e) if e.contains("boom"))));
@@ -216,17 +217,32 @@ fn failed_interrupted_and_unreadable_runs_are_listed_and_not_averaged() {
 fn a_missing_input_or_a_folder_without_runs_is_a_clear_error() {
     let root = tempfile::tempdir().unwrap();
     let missing = root.path().join("nope");
-    let e = collect_runs(&[missing.clone()]).unwrap_err().to_string();
+    let e = find_runs(&[missing.clone()]).unwrap_err().to_string();
     assert!(e.contains(&missing.display().to_string()) && e.contains("no such directory"), "{e}");
-    let e = collect_runs(&[root.path().to_path_buf()]).unwrap_err().to_string();
+    let e = find_runs(&[root.path().to_path_buf()]).unwrap_err().to_string();
     assert!(e.contains("no runs under"), "{e}");
 }
 
-fn mp_extra() -> Value {
-    json!({
-        "bytes_per_step": 4000.0, "communication_share": 0.05,
-        "links_per_step": [{ "forward": { "messages": 4.0, "bytes": 2000.0 }, "backward": { "messages": 4.0, "bytes": 2000.0 } }],
-        "compute_seconds": [3.0, 6.0], "transfer_seconds": [0.2, 0.3], "idle_seconds": [4.0, 1.0],
+/// Data-parallel figures with these bytes per step, communication share and bytes per replica.
+fn dp_figures(bytes_per_step: f64, communication_share: f64, per_replica: f64) -> StrategyFigures {
+    StrategyFigures::DataParallel(DataParallelFigures {
+        bytes_per_step,
+        communication_share,
+        bytes_sent_per_replica_per_step: per_replica,
+        ..Default::default()
+    })
+}
+
+fn mp_figures() -> StrategyFigures {
+    let direction = TrafficPerStep { messages: 4.0, bytes: 2000.0 };
+    StrategyFigures::Pipeline(PipelineFigures {
+        bytes_per_step: 4000.0,
+        communication_share: 0.05,
+        links_per_step: vec![LinkFigures { forward: direction, backward: direction }],
+        compute_seconds: vec![3.0, 6.0],
+        transfer_seconds: vec![0.2, 0.3],
+        idle_seconds: vec![4.0, 1.0],
+        ..Default::default()
     })
 }
 
@@ -245,16 +261,18 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     for (seed, slow) in [(1, 0.0), (2, 2.0)] {
         for model in ["cnn", "lstm"] {
             write_run(root.path(), RunSpec::new(model, "sequential", seed, 20.0 + slow, &[60, 70, 75]));
-            let dp =
-                json!({ "bytes_per_step": 1e6, "communication_share": 0.2, "bytes_sent_per_replica_per_step": 5e5 });
+            let dp = dp_figures(1e6, 0.2, 5e5);
             write_run(
                 root.path(),
-                RunSpec { extra: dp, ..RunSpec::new(model, "data-parallel-2x-tree", seed, 12.0 + slow, &[61, 71, 74]) },
+                RunSpec {
+                    figures: dp,
+                    ..RunSpec::new(model, "data-parallel-2x-tree", seed, 12.0 + slow, &[61, 71, 74])
+                },
             );
             write_run(
                 root.path(),
                 RunSpec {
-                    extra: mp_extra(),
+                    figures: mp_figures(),
                     ..RunSpec::new(model, "model-parallel-2s-gpipe-4m", seed, 15.0, &[59, 69, 76])
                 },
             );
@@ -311,32 +329,44 @@ fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_eq
     let root = tempfile::tempdir().unwrap();
     write_run(
         root.path(),
-        RunSpec { extra: mp_extra(), ..RunSpec::new("gru", "model-parallel-2s-gpipe-4m", 1, 50.0, &[80]) },
+        RunSpec { figures: mp_figures(), ..RunSpec::new("gru", "model-parallel-2s-gpipe-4m", 1, 50.0, &[80]) },
     );
-    let sync = |predictor: &str, syncs: f64| json!({ "bytes_per_step": 400.0, "predictor": predictor, "trigger": "periodic", "sync_steps": syncs });
+    let sync = |bytes_per_step: f64, predictor: &str, sync_steps: u64| {
+        let trigger = "periodic".into();
+        let sync = SyncFigures { predictor: predictor.into(), trigger, sync_steps, ..Default::default() };
+        StrategyFigures::Pipeline(PipelineFigures { bytes_per_step, sync: Some(sync), ..Default::default() })
+    };
     write_run(
         root.path(),
-        RunSpec { extra: sync("holt", 1.0), ..RunSpec::new("gru", "predictive-sync-holt-periodic10", 1, 10.0, &[78]) },
+        RunSpec {
+            figures: sync(400.0, "holt", 1),
+            ..RunSpec::new("gru", "predictive-sync-holt-periodic10", 1, 10.0, &[78])
+        },
     );
     write_run(
         root.path(),
         RunSpec {
-            extra: sync("static", 1.0),
+            figures: sync(400.0, "static", 1),
             ..RunSpec::new("gru", "predictive-sync-static-periodic10", 1, 9.0, &[75])
         },
     );
     write_run(
         root.path(),
-        RunSpec { extra: sync("ema", 5.0), ..RunSpec::new("gru", "predictive-sync-ema-adaptive", 1, 20.0, &[79]) },
+        RunSpec {
+            figures: sync(400.0, "ema", 5),
+            ..RunSpec::new("gru", "predictive-sync-ema-adaptive", 1, 20.0, &[79])
+        },
     );
     // 40× less communication, 5.6× faster, 2 points lost: meets the target.
-    let fast = json!({ "bytes_per_step": 100.0, "predictor": "velocity", "trigger": "periodic", "sync_steps": 1.0 });
     write_run(
         root.path(),
-        RunSpec { extra: fast, ..RunSpec::new("gru", "predictive-sync-velocity-periodic27", 1, 9.0, &[78]) },
+        RunSpec {
+            figures: sync(100.0, "velocity", 1),
+            ..RunSpec::new("gru", "predictive-sync-velocity-periodic27", 1, 9.0, &[78])
+        },
     );
 
-    let runs = collect_runs(&[root.path().to_path_buf()]).unwrap();
+    let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
     let tables = summarize(&runs);
     let comparisons = tandem_report::sync::compare(&tables[0]);
     assert_eq!(comparisons.len(), 4);

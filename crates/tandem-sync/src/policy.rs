@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, VecDeque};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Tensor};
-use serde_json::json;
 use tandem_models::Classifier;
 use tandem_parallel::{Peers, Stage, StepError, StepInput, StepPlan, StepPolicy};
+use tandem_results::SyncFigures;
 
 use crate::predictor::{Forecaster, PredictorConfig};
 use crate::trigger::{Evidence, Trigger, TriggerConfig};
@@ -168,20 +168,17 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
         self.epoch.control_bytes
     }
 
-    fn take_epoch_figures(&mut self) -> serde_json::Map<String, serde_json::Value> {
+    fn take_epoch_figures(&mut self) -> SyncFigures {
         let epoch = std::mem::take(&mut self.epoch);
         let errors = &epoch.relative_errors;
-        let figures = json!({
-            "predictor": self.predictor.name(),
-            "trigger": self.trigger_config().name(),
-            "sync_steps": epoch.syncs,
-            "predicted_steps": epoch.predicted,
-            "horizons": epoch.horizons.iter().map(|(h, n)| (h.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            "relative_error_mean": if errors.is_empty() { serde_json::Value::Null } else { json!(errors.iter().sum::<f64>() / errors.len() as f64) },
-        });
-        match figures {
-            serde_json::Value::Object(map) => map,
-            _ => unreachable!("json! of an object literal"),
+        SyncFigures {
+            predictor: self.predictor.name().into(),
+            trigger: self.trigger_config().name().into(),
+            sync_steps: epoch.syncs,
+            predicted_steps: epoch.predicted,
+            horizons: epoch.horizons,
+            relative_error_mean: (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64),
+            ..SyncFigures::default()
         }
     }
 }

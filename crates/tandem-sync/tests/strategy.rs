@@ -64,10 +64,11 @@ fn a_sync_on_every_step_is_vanilla_model_parallelism() {
                 got.loss,
                 expected.loss
             );
-            assert_eq!(got.extra["sync_steps"], serde_json::json!(14));
-            assert_eq!(got.extra["predicted_steps"], serde_json::json!(0));
+            assert_eq!(got.figures.sync().unwrap().sync_steps, 14);
+            assert_eq!(got.figures.sync().unwrap().predicted_steps, 0);
             assert_eq!(
-                got.extra["bytes_per_step"], expected.extra["bytes_per_step"],
+                got.figures.bytes_per_step(),
+                expected.figures.bytes_per_step(),
                 "periodic triggers send no control messages"
             );
         }
@@ -95,17 +96,17 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let (moving, moving_params) = run(PredictorConfig::Velocity { damping: 1.0 });
     for stats in [&fixed, &moving] {
         // 14 steps, syncs at 0, 4, 8, 12: the links carry the 4 synced batches only.
-        assert_eq!(stats.extra["sync_steps"], serde_json::json!(4));
-        assert_eq!(stats.extra["predicted_steps"], serde_json::json!(10));
-        assert_eq!(stats.extra["horizons"], serde_json::json!({ "3": 3 }));
+        assert_eq!(stats.figures.sync().unwrap().sync_steps, 4);
+        assert_eq!(stats.figures.sync().unwrap().predicted_steps, 10);
+        assert_eq!(stats.figures.sync().unwrap().horizons, [(3, 3)].into());
         assert_eq!(stats.samples, data.len(), "every batch of the stream is consumed");
-        assert_eq!(stats.extra["predict_seconds"].as_array().map(Vec::len), Some(2), "prediction time per stage");
+        assert_eq!(stats.figures.sync().unwrap().predict_seconds.len(), 2, "prediction time per stage");
     }
     // Only synced steps run a forward pass, so only their samples are tested (test-then-train).
     assert_eq!(fixed.tested, 48);
     assert_eq!(full.tested, data.len());
     let synced_samples = 12.0 * 4.0;
-    let ratio = fixed.extra["bytes_per_step"].as_f64().unwrap() / full.extra["bytes_per_step"].as_f64().unwrap();
+    let ratio = fixed.figures.bytes_per_step().unwrap() / full.figures.bytes_per_step().unwrap();
     assert!((ratio - synced_samples / data.len() as f64).abs() < 1e-9, "bytes ratio {ratio}");
     assert!(
         relative_difference(&moving_params, &fixed_params) > 1e-4,
@@ -128,17 +129,17 @@ fn a_replay_buffer_trains_the_kept_skipped_batches_at_the_next_sync() {
             sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
         one_epoch(&mut strategy, &data, &train)
     };
-    let bytes = |stats: &tandem_train::TrainStats| stats.extra["bytes_per_step"].as_f64().unwrap();
+    let bytes = |stats: &tandem_train::TrainStats| stats.figures.bytes_per_step().unwrap();
     let none = run(0);
     // 14 batches of 12 (the last of 4), syncs at 0, 4, 8, 12. Replaying 3: the syncs at 4, 8 and
     // 12 also train on the 3 batches before them; only batch 13 is never trained on.
     for (replay, replayed_batches) in [(3, 9), (2, 6)] {
         let stats = run(replay);
-        assert_eq!(stats.extra["sync_steps"], serde_json::json!(4));
-        assert_eq!(stats.extra["replayed_samples"], serde_json::json!(12 * replayed_batches));
+        assert_eq!(stats.figures.sync().unwrap().sync_steps, 4);
+        assert_eq!(stats.figures.sync().unwrap().replayed_samples, 12 * replayed_batches);
         assert_eq!(stats.samples, data.len(), "a replayed batch is counted once");
         let ratio = bytes(&stats) / bytes(&none);
         assert!((ratio - (4 + replayed_batches) as f64 / 4.0).abs() < 1e-9, "replay {replay}: bytes ratio {ratio}");
     }
-    assert_eq!(none.extra["replayed_samples"], serde_json::json!(0));
+    assert_eq!(none.figures.sync().unwrap().replayed_samples, 0);
 }

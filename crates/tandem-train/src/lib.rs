@@ -8,7 +8,6 @@
 //! global batch turns into a parameter update (one device, replicas, stages…).
 
 mod memory;
-pub mod metrics;
 pub mod optim;
 mod sequential;
 mod step;
@@ -22,10 +21,11 @@ use tandem_data::Encoded;
 use tandem_models::Classifier;
 
 pub use memory::keep_freed_memory;
-pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
 pub use step::{correct_predictions, evaluate, gradients, loss, tested_gradients, Evaluation};
+pub use tandem_results::metrics::{self, ClassMetrics, ClassificationMetrics, ConfusionMatrix};
+pub use tandem_results::{EpochRecord, StrategyFigures, StreamPoint};
 
 /// The `[train]` section of a manifest.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -150,8 +150,8 @@ pub struct TrainStats {
     /// sync runs no forward pass, so its samples are not tested).
     pub tested: usize,
     pub correct: usize,
-    /// Strategy-specific figures (communication, bubbles…), recorded as-is in the results.
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The strategy's own figures (communication, stages, syncs…), recorded in the results.
+    pub figures: StrategyFigures,
 }
 
 /// Errors a training run can stop with.
@@ -175,43 +175,6 @@ pub trait Strategy<B: AutodiffBackend> {
     fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError>;
     /// The current parameters as one whole model on `device` (for evaluation and saving).
     fn model(&self) -> Classifier<B>;
-}
-
-/// One evaluation point's record, as written to `epochs.jsonl`: the end of an epoch, or in
-/// stream mode a point of the stream (figures then cover the batches since the previous point).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct EpochRecord {
-    /// 1-based epoch number (stream mode: the pass).
-    pub epoch: usize,
-    /// Stream mode: where in the stream this evaluation happened.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<StreamPoint>,
-    pub train_loss: f64,
-    pub holdout_loss: f64,
-    pub holdout: ClassificationMetrics,
-    /// Learning rate at the epoch's last step.
-    pub learning_rate: f64,
-    pub train_seconds: f64,
-    pub eval_seconds: f64,
-    pub train_samples_per_second: f64,
-    pub steps: usize,
-    /// Test-then-train accuracy on the training batches since the previous record, each
-    /// classified by the forward pass before its update ([`TrainStats::tested`]); `None` when
-    /// no sample was tested. In stream mode, the prequential accuracy.
-    #[serde(default)]
-    pub prequential_accuracy: Option<f64>,
-    #[serde(default)]
-    pub prequential_samples: usize,
-    pub extra: serde_json::Map<String, serde_json::Value>,
-}
-
-/// A point of the stream (stream mode).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct StreamPoint {
-    /// Global batches of the stream consumed so far, over all passes.
-    pub batches: usize,
-    /// Whether this point ends a pass.
-    pub pass_complete: bool,
 }
 
 /// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
@@ -272,7 +235,7 @@ pub fn train<B: AutodiffBackend>(
                 steps: stats.steps,
                 prequential_accuracy: (stats.tested > 0).then(|| stats.correct as f64 / stats.tested as f64),
                 prequential_samples: stats.tested,
-                extra: stats.extra,
+                figures: stats.figures,
             };
             on_epoch(&record).map_err(TrainError::Stopped)?;
             records.push(record);

@@ -4,7 +4,7 @@ use burn::tensor::backend::AutodiffBackend;
 use tandem_models::Classifier;
 
 use crate::optim::AnyOptimizer;
-use crate::{tested_gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
+use crate::{tested_gradients, EpochPlan, Strategy, StrategyFigures, TrainConfig, TrainError, TrainStats};
 
 /// Trains one model on one device, one global batch per optimizer step.
 pub struct Sequential<B: AutodiffBackend> {
@@ -51,7 +51,7 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
             steps: plan.batches.len(),
             tested: samples,
             correct,
-            extra: Default::default(),
+            figures: StrategyFigures::Sequential,
         })
     }
 

@@ -120,15 +120,17 @@ pub fn check_results(out: &Path, summaries: &[RunSummary], backend: BackendKind)
         assert_eq!(recorded.strategies[0].label(), s.strategy);
         if s.strategy.starts_with("data-parallel") {
             assert_eq!(s.devices.len(), 2, "one device per replica");
-            let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
-            assert_eq!(last["extra"]["replica_max_abs_difference"], 0.0);
-            assert!(last["extra"]["bytes_sent_per_replica_per_step"].as_f64().unwrap() > 0.0);
+            let last: tandem_train::EpochRecord = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
+            let figures = last.figures.data_parallel().expect("data-parallel figures");
+            assert_eq!(figures.replica_max_abs_difference, 0.0);
+            assert!(figures.bytes_sent_per_replica_per_step > 0.0);
         }
         if s.strategy.starts_with("model-parallel") {
             assert_eq!(s.devices.len(), 2, "one device per stage");
-            let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
-            assert_eq!(last["extra"]["cuts"].as_array().unwrap().len(), 1, "balanced by time into 2 stages");
-            assert!(last["extra"]["bytes_per_step"].as_f64().unwrap() > 0.0);
+            let last: tandem_train::EpochRecord = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
+            let figures = last.figures.pipeline().expect("pipeline figures");
+            assert_eq!(figures.cuts.len(), 1, "balanced by time into 2 stages");
+            assert!(figures.bytes_per_step > 0.0);
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use burn::tensor::backend::AutodiffBackend;
-use serde_json::json;
+use tandem_results::{LinkFigures, PipelineFigures, PipelineRanks, StrategyFigures, SyncFigures, TrafficPerStep};
 use tandem_train::TrainStats;
 
 use super::relay::Relayed;
@@ -146,13 +146,14 @@ pub(super) fn gather_epoch<B: AutodiffBackend>(
 }
 
 impl<B: AutodiffBackend> ModelParallel<B> {
-    /// The stages' epochs as the strategy's figures: per stage time split and activations kept,
-    /// per boundary traffic per step, and the bubble against the ideal pipeline's.
+    /// The devices' epochs as the strategy's figures: per device time split and activations
+    /// kept, per boundary traffic per step, and the bubble against the ideal pipeline's.
     pub(super) fn epoch_stats(&mut self, epochs: &[DeviceEpoch], steps: usize) -> TrainStats {
-        let last = epochs.last().expect("at least one stage");
+        // The device with the model's last stage: it has the loss.
+        let last = epochs.last().expect("at least one device");
+        let per_step = |x: f64| x / steps.max(1) as f64;
         let seconds = |f: fn(&DeviceEpoch) -> Duration| epochs.iter().map(|e| f(e).as_secs_f64()).collect::<Vec<f64>>();
         let bubble: Vec<f64> = epochs.iter().map(|e| e.idle.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).collect();
-        let per_step = |t: Traffic| json!({ "messages": t.messages as f64 / steps.max(1) as f64, "bytes": t.bytes as f64 / steps.max(1) as f64 });
         let traffic = |of: fn(&DeviceEpoch) -> &[Traffic], boundary: usize| {
             epochs.iter().map(|e| of(e)[boundary]).fold(Traffic::default(), |sum, t| Traffic {
                 messages: sum.messages + t.messages,
@@ -162,63 +163,53 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let boundaries: Vec<(Traffic, Traffic)> = (0..self.stages.len().saturating_sub(1))
             .map(|b| (traffic(|e| &e.forward, b), traffic(|e| &e.backward, b)))
             .collect();
-        let links: Vec<serde_json::Value> = boundaries
-            .iter()
-            .map(|&(forward, backward)| json!({ "forward": per_step(forward), "backward": per_step(backward) }))
-            .collect();
+        let on_link =
+            |t: Traffic| TrafficPerStep { messages: per_step(t.messages as f64), bytes: per_step(t.bytes as f64) };
+        let links =
+            boundaries.iter().map(|&(f, b)| LinkFigures { forward: on_link(f), backward: on_link(b) }).collect();
         let control: u64 = epochs.iter().map(|e| e.control_bytes).sum();
         let bytes: u64 = boundaries.iter().map(|(f, b)| f.bytes + b.bytes).sum::<u64>() + control;
         let transfer_share =
             epochs.iter().map(|e| e.transfer.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).sum::<f64>()
                 / epochs.len() as f64;
         // As run: a batch smaller than `micro_batches` runs one micro-batch per sample.
-        let micro = self.config.schedule.micro_batches(self.config.micro_batches).min(self.train.batch_size);
-        let mut extra = json!({
-            "stages": epochs.len(),
-            "cuts": self.cuts,
-            "schedule": self.config.schedule.name(),
-            "micro_batches": micro,
-            "interconnect": self.config.interconnect.name(),
-            "stage_parameters": self.stages.iter().map(|s| s.module().parameter_count()).collect::<Vec<_>>(),
-            "compute_seconds": seconds(|e| e.compute),
-            "transfer_seconds": seconds(|e| e.transfer),
-            "idle_seconds": seconds(|e| e.idle),
-            "bubble_fraction": bubble,
-            "bubble_fraction_mean": bubble.iter().sum::<f64>() / bubble.len() as f64,
-            "bubble_fraction_theory": theoretical_bubble(epochs.len(), micro * self.config.virtual_stages),
-            "peak_live_activations": epochs.iter().map(|e| e.peak_live).collect::<Vec<_>>(),
-            "links_per_step": links,
-            // The keys every communicating strategy reports (read by `tandem report`).
-            "bytes_per_step": bytes as f64 / steps.max(1) as f64,
-            "communication_share": transfer_share,
+        let micro = self.config.micro_batches_for(self.train.batch_size);
+        // This process's first device's policy speaks for the protocol (sync counts are the same
+        // on every device); control bytes and prediction time are summed or listed per device.
+        let protocols: Vec<SyncFigures> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
+        let sync = protocols.into_iter().nth(self.placement.local.start).map(|protocol| SyncFigures {
+            control_bytes_per_step: per_step(control as f64),
+            predict_seconds: seconds(|e| e.predict),
+            replayed_samples: last.replayed_samples,
+            ..protocol
         });
-        if !self.policies.is_empty() {
-            extra["control_bytes_per_step"] = json!(control as f64 / steps.max(1) as f64);
-            extra["predict_seconds"] = json!(epochs.iter().map(|e| e.predict.as_secs_f64()).collect::<Vec<_>>());
-            extra["replayed_samples"] = json!(last.replayed_samples);
-        }
-        let mut extra = match extra {
-            serde_json::Value::Object(map) => map,
-            _ => unreachable!("json! of an object literal"),
+        let across_ranks = self.across.as_ref().map(|_| PipelineRanks {
+            ranks: self.placement.ranks,
+            stages_per_rank: self.placement.per_rank,
+            cross_rank_bytes_per_step: per_step(epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64),
+            cross_rank_seconds: epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>(),
+        });
+        let figures = PipelineFigures {
+            stages: epochs.len(),
+            virtual_stages: self.config.virtual_stages,
+            cuts: self.cuts.clone(),
+            schedule: self.config.schedule.name().into(),
+            micro_batches: micro,
+            interconnect: self.config.interconnect.name().into(),
+            stage_parameters: self.stages.iter().map(|s| s.module().parameter_count()).collect(),
+            compute_seconds: seconds(|e| e.compute),
+            transfer_seconds: seconds(|e| e.transfer),
+            idle_seconds: seconds(|e| e.idle),
+            bubble_fraction_mean: bubble.iter().sum::<f64>() / bubble.len() as f64,
+            bubble_fraction: bubble,
+            bubble_fraction_theory: theoretical_bubble(epochs.len(), micro * self.config.virtual_stages),
+            peak_live_activations: epochs.iter().map(|e| e.peak_live).collect(),
+            links_per_step: links,
+            bytes_per_step: per_step(bytes as f64),
+            communication_share: transfer_share,
+            sync,
+            across_ranks,
         };
-        if self.across.is_some() {
-            extra.insert("ranks".into(), json!(self.placement.ranks));
-            extra.insert("stages_per_rank".into(), json!(self.placement.per_rank));
-            extra.insert(
-                "cross_rank_bytes_per_step".into(),
-                json!(epochs.iter().map(|e| e.relayed.bytes).sum::<u64>() as f64 / steps.max(1) as f64),
-            );
-            extra.insert(
-                "cross_rank_seconds".into(),
-                json!(epochs.iter().map(|e| e.relayed.busy.as_secs_f64()).sum::<f64>()),
-            );
-        }
-        // This process's first stage's policy speaks for the protocol (sync counts are the same
-        // on every stage); control bytes and prediction time are summed or listed per stage above.
-        let figures: Vec<_> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
-        if let Some(first) = figures.into_iter().nth(self.placement.local.start) {
-            extra.extend(first);
-        }
         // Loss over the samples trained on; samples over all the epoch consumed.
         TrainStats {
             loss: last.loss_sum / last.samples.max(1) as f64,
@@ -226,7 +217,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             steps,
             tested: last.samples,
             correct: last.correct,
-            extra,
+            figures: StrategyFigures::Pipeline(figures),
         }
     }
 }

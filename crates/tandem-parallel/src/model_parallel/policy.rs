@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::backend::AutodiffBackend;
 use tandem_data::Encoded;
+use tandem_results::SyncFigures;
 
 use super::scalar_sum::ScalarSum;
 use super::stage::Stage;
@@ -89,6 +90,8 @@ pub trait StepPolicy<B: AutodiffBackend>: Send {
     fn after_update(&mut self, stages: &[&mut Stage<B>], loss: Option<f64>, peers: &Peers) -> Result<(), StepError>;
     /// Bytes of control messages this device sent in the current epoch.
     fn control_bytes(&self) -> u64;
-    /// The epoch's figures for the results; starts a new epoch.
-    fn take_epoch_figures(&mut self) -> serde_json::Map<String, serde_json::Value>;
+    /// The epoch's protocol figures (names, step counts, horizons, forecast error); starts a new
+    /// epoch. The pipeline fills in the figures over all devices (control bytes, prediction
+    /// time, replayed samples).
+    fn take_epoch_figures(&mut self) -> SyncFigures;
 }

@@ -1,13 +1,15 @@
-//! Finding runs in results folders and reading their files. A folder is a run when it holds a
-//! `manifest.toml` (the runner writes it first), `summary.json` (written last) or `epochs.jsonl`.
+//! Reading run folders: finding them under results folders, and reading one. A folder is a run
+//! when it holds a `manifest.toml` (the runner writes it first), `summary.json` (written last)
+//! or `epochs.jsonl`. Files of every format this build knows are read (see [`crate::legacy`]).
 
 use std::path::{Path, PathBuf};
 
-use tandem_experiment::results::RunStatus;
-use tandem_experiment::RunSummary;
-use tandem_train::EpochRecord;
+use serde::Deserialize;
 
-use crate::ReportError;
+use crate::figures::StrategyFigures;
+use crate::record::EpochRecord;
+use crate::summary::{RunStatus, RunSummary};
+use crate::{legacy, FORMAT_VERSION};
 
 /// How far below each input folder runs are looked for (`results/<experiment>/<run>` is depth 2).
 const MAX_DEPTH: usize = 4;
@@ -35,6 +37,21 @@ pub struct Run {
     pub epochs: Vec<EpochRecord>,
 }
 
+/// Why no runs could be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    #[error("{}: not a results folder (no such directory)", .0.display())]
+    NoSuchFolder(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("no runs under {} (a run folder holds manifest.toml or summary.json)", names(.0))]
+    NoRuns(Vec<PathBuf>),
+}
+
+fn names(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
 impl Run {
     /// The summary of a finished run.
     pub fn finished(&self) -> Option<&RunSummary> {
@@ -49,36 +66,29 @@ impl Run {
         self.dir.file_name().map_or_else(|| self.dir.display().to_string(), |n| n.to_string_lossy().into_owned())
     }
 
-    /// Bytes communicated over the whole run: each epoch's `bytes_per_step` × steps.
-    /// `None` for strategies that do not communicate (no such key).
+    /// The strategy's figures of the last record.
+    pub fn last_figures(&self) -> Option<&StrategyFigures> {
+        self.epochs.last().map(|e| &e.figures)
+    }
+
+    /// Bytes communicated over the whole run: each epoch's bytes per step × steps. `None` for
+    /// strategies that do not communicate.
     pub fn bytes_total(&self) -> Option<f64> {
-        let per_epoch: Vec<f64> = self
-            .epochs
-            .iter()
-            .filter_map(|e| e.extra.get("bytes_per_step").and_then(|b| b.as_f64()).map(|b| b * e.steps as f64))
-            .collect();
+        let per_epoch: Vec<f64> =
+            self.epochs.iter().filter_map(|e| e.figures.bytes_per_step().map(|b| b * e.steps as f64)).collect();
         (!per_epoch.is_empty()).then(|| per_epoch.iter().sum())
     }
 
     /// Share of the training time spent communicating, averaged over epochs.
     pub fn communication_share(&self) -> Option<f64> {
-        mean(self.epochs.iter().filter_map(|e| e.extra.get("communication_share").and_then(|b| b.as_f64())))
+        mean(self.epochs.iter().filter_map(|e| e.figures.communication_share()))
     }
 
-    /// A number from the last epoch's strategy figures (`extra`).
-    pub fn extra_f64(&self, key: &str) -> Option<f64> {
-        self.epochs.last().and_then(|e| e.extra.get(key)).and_then(|v| v.as_f64())
-    }
-
-    /// The sum over epochs of a per-epoch count in `extra` (e.g. `sync_steps`).
-    pub fn extra_sum(&self, key: &str) -> Option<f64> {
-        let values: Vec<f64> = self.epochs.iter().filter_map(|e| e.extra.get(key).and_then(|v| v.as_f64())).collect();
-        (!values.is_empty()).then(|| values.iter().sum())
-    }
-
-    /// A string from the last epoch's strategy figures.
-    pub fn extra_str(&self, key: &str) -> Option<String> {
-        self.epochs.last().and_then(|e| e.extra.get(key)).and_then(|v| v.as_str()).map(str::to_string)
+    /// Sync steps over the whole run (predictive synchronisation).
+    pub fn sync_steps(&self) -> Option<f64> {
+        let counts: Vec<f64> =
+            self.epochs.iter().filter_map(|e| e.figures.sync().map(|s| s.sync_steps as f64)).collect();
+        (!counts.is_empty()).then(|| counts.iter().sum())
     }
 }
 
@@ -90,23 +100,19 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 /// Every run under `inputs` (run folders, experiment folders or results roots), each once,
 /// sorted by path. An input that does not exist is an error; a run whose files cannot be read
 /// is returned as [`RunState::Unreadable`], so one bad folder never hides the others.
-pub fn collect_runs(inputs: &[PathBuf]) -> Result<Vec<Run>, ReportError> {
+pub fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>, FindError> {
     let mut dirs = Vec::new();
     for input in inputs {
         if !input.is_dir() {
-            return Err(ReportError::Input(format!("{}: not a results folder (no such directory)", input.display())));
+            return Err(FindError::NoSuchFolder(input.clone()));
         }
-        find_run_dirs(input, 0, &mut dirs).map_err(|e| ReportError::Input(format!("{}: {e}", input.display())))?;
+        find_run_dirs(input, 0, &mut dirs).map_err(|source| FindError::Io { path: input.clone(), source })?;
     }
     let mut dirs: Vec<PathBuf> = dirs.into_iter().map(|d| std::fs::canonicalize(&d).unwrap_or(d)).collect();
     dirs.sort();
     dirs.dedup();
     if dirs.is_empty() {
-        let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
-        return Err(ReportError::Input(format!(
-            "no runs under {} (a run folder holds manifest.toml or summary.json)",
-            names.join(", ")
-        )));
+        return Err(FindError::NoRuns(inputs.to_vec()));
     }
     Ok(dirs.into_iter().map(|dir| read_run(&dir)).collect())
 }
@@ -146,10 +152,7 @@ pub fn read_run(dir: &Path) -> Run {
     if !path.is_file() {
         return run;
     }
-    match std::fs::read_to_string(&path)
-        .map_err(|e| e.to_string())
-        .and_then(|t| serde_json::from_str::<RunSummary>(&t).map_err(|e| e.to_string()))
-    {
+    match std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| parse_summary(&t)) {
         Ok(summary) => {
             run.state = match (&summary.status, &summary.error) {
                 (RunStatus::Finished, _) => RunState::Finished,
@@ -174,6 +177,36 @@ fn read_epochs(path: &Path) -> Result<Vec<EpochRecord>, String> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| serde_json::from_str(line).map_err(|e| format!("{} line {}: {e}", path.display(), i + 1)))
+        .map(|(i, line)| parse_record(line).map_err(|e| format!("{} line {}: {e}", path.display(), i + 1)))
         .collect()
+}
+
+/// The fields that tell the formats apart: a summary's `format_version` (absent in format 1)
+/// and a record's `extra` (format 1's figures; records carry no version).
+#[derive(Deserialize)]
+struct Format {
+    format_version: Option<u32>,
+    extra: Option<serde::de::IgnoredAny>,
+}
+
+/// `summary.json`'s text, in any format this build reads.
+pub fn parse_summary(text: &str) -> Result<RunSummary, String> {
+    let format = serde_json::from_str::<Format>(text).map_err(|e| e.to_string())?;
+    match format.format_version.unwrap_or(legacy::FORMAT) {
+        legacy::FORMAT => legacy::parse(text),
+        FORMAT_VERSION => serde_json::from_str(text),
+        newer if newer > FORMAT_VERSION => {
+            return Err(format!("results format {newer} is newer than this build reads ({FORMAT_VERSION})"))
+        }
+        unknown => return Err(format!("unknown results format {unknown}")),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// One line of `epochs.jsonl`, in any format this build reads.
+pub fn parse_record(line: &str) -> serde_json::Result<EpochRecord> {
+    match serde_json::from_str::<Format>(line)?.extra {
+        Some(_) => legacy::parse(line),
+        None => serde_json::from_str(line),
+    }
 }

@@ -1,0 +1,277 @@
+//! `summary.json`, written last in a run folder, and `rank-N.json`, what the other ranks of a
+//! multi-process run record.
+
+use serde::{Deserialize, Serialize};
+
+use crate::figures::StrategyFigures;
+use crate::metrics::ClassificationMetrics;
+use crate::record::EpochRecord;
+
+/// Whether a run finished.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    Finished,
+    Failed,
+}
+
+/// `summary.json`: everything needed to read, compare and reproduce one run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RunSummary {
+    /// The results format of the run folder ([`crate::FORMAT_VERSION`] when written by this
+    /// build); absent in format 1, whose strategy figures are untyped maps.
+    #[serde(default = "crate::legacy::format")]
+    pub format_version: u32,
+    pub status: RunStatus,
+    /// Why the run failed (absent when it finished).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    pub experiment: String,
+    pub run_id: String,
+    pub model: String,
+    pub architecture: String,
+    pub strategy: String,
+    /// The backend's name (see [`crate::BackendKind`]).
+    pub backend: String,
+    pub devices: Vec<String>,
+    /// Several replicas or stages ran on one GPU (a correctness check: its speed says nothing
+    /// about scaling). Always false on CPU backends, where each replica or stage has its own cores.
+    #[serde(default)]
+    pub shared_devices: bool,
+    /// The machine that ran it (see [`machine_description`]); empty in results older than the field.
+    #[serde(default)]
+    pub machine: String,
+    /// Compute threads per device.
+    pub threads_per_device: usize,
+    pub seed: u64,
+    /// E.g. "AG News test split, 80/20 re-split (seed 42)".
+    pub data: String,
+    pub train_samples: usize,
+    pub holdout_samples: usize,
+    pub vocab_size: usize,
+    pub max_len: usize,
+    pub parameters: usize,
+    /// Epochs finished (stream mode: passes over the stream).
+    pub epochs_completed: usize,
+    /// Sum of the epochs' training time (evaluation excluded).
+    pub train_seconds: f64,
+    pub eval_seconds: f64,
+    pub train_samples_per_second: f64,
+    /// Holdout metrics after the last completed epoch.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub final_metrics: Option<ClassificationMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub final_holdout_loss: Option<f64>,
+    /// Epoch (1-based) with the best holdout accuracy, and that accuracy.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub best_epoch: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub best_accuracy: Option<f64>,
+    /// Test-then-train accuracy over the whole run: each training sample classified by the
+    /// forward pass before the update that trains on it (in stream mode, the prequential
+    /// accuracy); over `prequential_samples` samples (predicted steps run no forward pass).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub prequential_accuracy: Option<f64>,
+    #[serde(default)]
+    pub prequential_samples: usize,
+    pub tandem_version: String,
+    pub started_at: String,
+    pub finished_at: String,
+    /// The strategy's figures of the last record.
+    pub figures: StrategyFigures,
+    /// The job's ranks, for a run spread over several processes (`mpirun`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cluster: Option<ClusterInfo>,
+}
+
+impl RunSummary {
+    /// Fills the figures that derive from the epoch records.
+    pub fn set_epochs(&mut self, records: &[EpochRecord]) {
+        self.epochs_completed = records.iter().filter(|r| r.stream.as_ref().is_none_or(|s| s.pass_complete)).count();
+        self.prequential_samples = records.iter().map(|r| r.prequential_samples).sum();
+        let correct: f64 =
+            records.iter().map(|r| r.prequential_accuracy.unwrap_or(0.0) * r.prequential_samples as f64).sum();
+        self.prequential_accuracy = (self.prequential_samples > 0).then(|| correct / self.prequential_samples as f64);
+        self.train_seconds = records.iter().map(|r| r.train_seconds).sum();
+        self.eval_seconds = records.iter().map(|r| r.eval_seconds).sum();
+        let samples: f64 = records.iter().map(|r| r.train_samples_per_second * r.train_seconds).sum();
+        self.train_samples_per_second = samples / self.train_seconds.max(1e-9);
+        if let Some(last) = records.last() {
+            self.final_metrics = Some(last.holdout.clone());
+            self.final_holdout_loss = Some(last.holdout_loss);
+            self.figures = last.figures.clone();
+        }
+        if let Some(best) = records.iter().max_by(|a, b| a.holdout.accuracy.total_cmp(&b.holdout.accuracy)) {
+            self.best_epoch = Some(best.epoch);
+            self.best_accuracy = Some(best.holdout.accuracy);
+        }
+    }
+}
+
+/// `summary.json`'s `cluster` block: how a multi-process run was spread, and what crossing
+/// between ranks cost. The other ranks' own records are `rank-N.json` beside it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClusterInfo {
+    /// Processes in the job.
+    pub ranks: usize,
+    /// Data-parallel replicas each rank ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas_per_rank: Option<usize>,
+    /// Model-parallel stages each rank ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages_per_rank: Option<usize>,
+    /// Seconds spent moving data between ranks, summed over the epochs: by a replica in
+    /// all-reduces (data parallel), or by all stages' relays in MPI sends and receives (model
+    /// parallel).
+    pub cross_rank_seconds: f64,
+    /// Bytes a replica sent to other ranks per step, as a ring all-reduce moves them (data
+    /// parallel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_rank_bytes_per_replica_per_step: Option<f64>,
+    /// Bytes sent between ranks per step over all stage boundaries (model parallel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_rank_bytes_per_step: Option<f64>,
+}
+
+impl ClusterInfo {
+    /// The block for `ranks` × `replicas_per_rank` data-parallel replicas.
+    pub fn data_parallel(ranks: usize, replicas_per_rank: usize, records: &[EpochRecord]) -> Self {
+        let last = records.last().and_then(|r| r.figures.data_parallel());
+        Self {
+            replicas_per_rank: Some(replicas_per_rank),
+            cross_rank_bytes_per_replica_per_step: Some(last.map_or(0.0, |f| f.cross_rank_bytes_per_replica_per_step)),
+            ..Self::new(ranks, records)
+        }
+    }
+
+    /// The block for `ranks` × `stages_per_rank` model-parallel stages.
+    pub fn model_parallel(ranks: usize, stages_per_rank: usize, records: &[EpochRecord]) -> Self {
+        let last = records.last().and_then(|r| r.figures.pipeline()?.across_ranks.as_ref());
+        Self {
+            stages_per_rank: Some(stages_per_rank),
+            cross_rank_bytes_per_step: Some(last.map_or(0.0, |r| r.cross_rank_bytes_per_step)),
+            ..Self::new(ranks, records)
+        }
+    }
+
+    fn new(ranks: usize, records: &[EpochRecord]) -> Self {
+        Self {
+            ranks,
+            replicas_per_rank: None,
+            stages_per_rank: None,
+            cross_rank_seconds: records.iter().map(|r| r.figures.cross_rank_seconds()).sum(),
+            cross_rank_bytes_per_replica_per_step: None,
+            cross_rank_bytes_per_step: None,
+        }
+    }
+}
+
+/// `rank-N.json`: what a rank other than 0 records of a multi-process run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankLog {
+    pub rank: usize,
+    /// The machine it ran on, as MPI names it.
+    pub host: String,
+    pub status: RunStatus,
+    /// Why this rank's part failed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// This rank's devices, as the backend names them.
+    pub devices: Vec<String>,
+    pub epochs_completed: usize,
+    /// Training time on this rank (evaluation excluded).
+    pub train_seconds: f64,
+    pub started_at: String,
+    pub finished_at: String,
+}
+
+impl RankLog {
+    /// This rank's view of the run `summary` describes.
+    pub fn new(rank: usize, host: String, summary: &RunSummary) -> Self {
+        Self {
+            rank,
+            host,
+            status: summary.status,
+            error: summary.error.clone(),
+            devices: summary.devices.clone(),
+            epochs_completed: summary.epochs_completed,
+            train_seconds: summary.train_seconds,
+            started_at: summary.started_at.clone(),
+            finished_at: summary.finished_at.clone(),
+        }
+    }
+}
+
+/// This machine in one line: CPU model, logical cores, OS and architecture,
+/// e.g. "Intel(R) Xeon(R) Platinum 8480C, 2 logical cores, linux x86_64".
+pub fn machine_description() -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cpu}, {cores} logical cores, {} {}", std::env::consts::OS, std::env::consts::ARCH)
+}
+
+/// A UTC timestamp for folder names and records: `2026-11-30T15:04:05Z`.
+pub fn now_utc() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::figures::{DataParallelFigures, PipelineFigures, PipelineRanks};
+    use crate::metrics::ConfusionMatrix;
+
+    fn record(figures: StrategyFigures) -> EpochRecord {
+        EpochRecord {
+            epoch: 1,
+            stream: None,
+            train_loss: 1.0,
+            holdout_loss: 1.0,
+            holdout: ClassificationMetrics::from_confusion(ConfusionMatrix::new(2)),
+            learning_rate: 1e-3,
+            train_seconds: 1.0,
+            eval_seconds: 0.1,
+            train_samples_per_second: 10.0,
+            steps: 4,
+            prequential_accuracy: None,
+            prequential_samples: 0,
+            figures,
+        }
+    }
+
+    #[test]
+    fn the_cluster_block_sums_cross_rank_time_and_keeps_the_last_bytes() {
+        let pipeline = |seconds: f64, bytes: f64| {
+            let ranks = PipelineRanks {
+                ranks: 2,
+                stages_per_rank: 2,
+                cross_rank_bytes_per_step: bytes,
+                cross_rank_seconds: seconds,
+            };
+            record(StrategyFigures::Pipeline(PipelineFigures { across_ranks: Some(ranks), ..Default::default() }))
+        };
+        let cluster = ClusterInfo::model_parallel(2, 2, &[pipeline(0.5, 100.0), pipeline(0.25, 300.0)]);
+        assert_eq!((cluster.ranks, cluster.stages_per_rank, cluster.replicas_per_rank), (2, Some(2), None));
+        assert_eq!((cluster.cross_rank_seconds, cluster.cross_rank_bytes_per_step), (0.75, Some(300.0)));
+
+        let replicas = |seconds: f64, bytes: f64| {
+            record(StrategyFigures::DataParallel(DataParallelFigures {
+                ranks: 2,
+                cross_rank_seconds: seconds,
+                cross_rank_bytes_per_replica_per_step: bytes,
+                ..Default::default()
+            }))
+        };
+        let cluster = ClusterInfo::data_parallel(2, 3, &[replicas(1.0, 10.0), replicas(2.0, 20.0)]);
+        assert_eq!((cluster.replicas_per_rank, cluster.cross_rank_seconds), (Some(3), 3.0));
+        assert_eq!(cluster.cross_rank_bytes_per_replica_per_step, Some(20.0));
+    }
+}
