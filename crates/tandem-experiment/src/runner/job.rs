@@ -1,0 +1,50 @@
+//! The checks of a multi-process job, done on every rank before any data is loaded.
+
+use tandem_parallel::{fingerprint, Ranks};
+
+use super::RunError;
+use crate::backend::BackendKind;
+use crate::manifest::{Manifest, StrategyConfig};
+
+/// Checks, on every rank of a multi-process job, that all ranks run the same Tandem version,
+/// manifest and backend, and that every strategy can span ranks. Any mismatch fails every rank
+/// with the same message.
+pub(super) fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn Ranks) -> Result<(), RunError> {
+    let config = |m: String| RunError::Job(format!("{}: {m}", manifest.source.display()));
+    ranks.check_same("Tandem version", fingerprint(crate::VERSION.as_bytes())).map_err(config)?;
+    ranks.check_same("manifest", fingerprint(manifest.to_toml().as_bytes())).map_err(config)?;
+    ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(config)?;
+    check_job_size(manifest, ranks.size())?;
+    for strategy in &manifest.strategies {
+        match (strategy, strategy.stages()) {
+            (StrategyConfig::DataParallel(_), _) => {}
+            (_, Some(stages)) if stages % ranks.size() == 0 => {}
+            (_, Some(stages)) => {
+                return Err(config(format!(
+                    "strategy `{}`: its {stages} stages cannot be spread evenly over the job's {} ranks (make `stages` a multiple of {})",
+                    strategy.name(),
+                    ranks.size(),
+                    ranks.size()
+                )))
+            }
+            (_, None) => {
+                return Err(config(format!(
+                    "strategy `{}` runs in one process; data-parallel, model-parallel and predictive-sync span ranks (run it without mpirun)",
+                    strategy.name()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fails when the job does not have the `[cluster] ranks` the manifest asks for.
+pub(super) fn check_job_size(manifest: &Manifest, size: usize) -> Result<(), RunError> {
+    match manifest.cluster.ranks.filter(|&n| n != size) {
+        Some(wanted) => Err(RunError::Job(format!(
+            "{}: [cluster] ranks = {wanted}, but the job has {size} (start it with `mpirun -np {wanted} tandem run …`)",
+            manifest.source.display()
+        ))),
+        None => Ok(()),
+    }
+}

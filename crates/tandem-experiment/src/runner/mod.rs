@@ -1,0 +1,148 @@
+//! Runs a manifest: data preparation once, then one training run per model × strategy × seed.
+//!
+//! - [`job`]: the checks of a multi-process job (every rank runs the same thing);
+//! - [`devices`]: which devices a run computes on;
+//! - [`one_run`]: one run's folder, progress and summary;
+//! - [`training`]: the model and strategy on a concrete backend, trained.
+
+mod devices;
+mod job;
+mod one_run;
+mod training;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tandem_data::{DataError, Encoded, SplitConfig, Splits, Vocab};
+use tandem_parallel::{fingerprint, Ranks};
+
+use crate::backend::{compiled_backends, is_compiled, BackendKind};
+use crate::manifest::Manifest;
+use crate::results::{RunStatus, RunSummary};
+use devices::run_devices;
+use job::{check_job, check_job_size};
+use one_run::run_one;
+
+/// Command-line choices that override or complete the manifest.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Overrides `[experiment] backend`. Without `devices`, manifest devices of another backend
+    /// are replaced by this backend's first device (`cpu`, `wgpu:0`, `cuda:0`).
+    pub backend: Option<BackendKind>,
+    /// Overrides `[experiment] devices`.
+    pub devices: Option<Vec<String>>,
+    /// Results root (runs go to `<out>/<experiment>/<run-id>/`).
+    pub out: PathBuf,
+    /// Draw progress bars (only shown on a terminal).
+    pub progress: bool,
+    /// This process's place in a multi-process job (`mpirun`); `None` or one rank: a
+    /// single-process run.
+    pub ranks: Option<Arc<dyn Ranks>>,
+}
+
+impl RunOptions {
+    /// The ranks of a multi-process job; `None` for a single process (a job of one rank too).
+    pub fn job(&self) -> Option<&dyn Ranks> {
+        self.ranks.as_deref().filter(|r| r.size() > 1)
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None }
+    }
+}
+
+/// Why a run could not start or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("{0}")]
+    Config(String),
+    /// The ranks of a multi-process job disagree (every rank gets this same error).
+    #[error("{0}")]
+    Job(String),
+    #[error("cannot write results to {path}: {source}")]
+    Results { path: PathBuf, source: std::io::Error },
+    #[error("{failed} of {total} runs failed (see their summary.json); the others finished")]
+    RunsFailed { failed: usize, total: usize },
+}
+
+impl RunError {
+    /// Whether the error means "no dataset found" (the caller may offer `tandem data fetch`).
+    pub fn is_missing_data(&self) -> bool {
+        matches!(self, RunError::Data(DataError::NoData { .. }))
+    }
+
+    /// Whether every rank of a multi-process job failed with this same error (so they can all
+    /// stop normally; otherwise the failing rank must end the job).
+    pub fn is_on_every_rank(&self) -> bool {
+        matches!(self, RunError::Job(_))
+    }
+}
+
+/// The prepared data every run of an experiment shares.
+pub struct PreparedData {
+    pub splits_description: String,
+    pub vocab: Vocab,
+    pub train: Encoded,
+    pub holdout: Encoded,
+}
+
+/// Loads the splits and builds the vocabulary from the training split only.
+pub fn prepare_data(manifest: &Manifest) -> Result<PreparedData, RunError> {
+    let d = &manifest.data;
+    let split = SplitConfig {
+        holdout_fraction: d.holdout_fraction,
+        seed: d.split_seed,
+        verify_md5: d.verify_md5,
+        max_train: d.max_train_rows,
+        max_holdout: d.max_holdout_rows,
+    };
+    let Splits { train, holdout, description } = tandem_data::load_splits_with(&manifest.data_dir(), &split)?;
+    let vocab = Vocab::build(train.iter().map(|s| s.text()), &d.vocab);
+    Ok(PreparedData {
+        splits_description: description,
+        train: Encoded::new(&train, &vocab, d.max_len),
+        holdout: Encoded::new(&holdout, &vocab, d.max_len),
+        vocab,
+    })
+}
+
+/// Runs every model × seed of `manifest`; returns the summaries of all runs.
+/// A failed run is recorded (with the epochs it finished) and the others still run.
+pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>, RunError> {
+    let backend = options.backend.unwrap_or(manifest.experiment.backend);
+    if !is_compiled(backend) {
+        return Err(RunError::Config(format!(
+            "backend `{backend}` is not compiled into this build (it has: {}); rebuild with `--features {backend}`",
+            compiled_backends().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let devices = run_devices(manifest, options, backend)?;
+    let ranks = options.job();
+    match ranks {
+        Some(ranks) => check_job(manifest, backend, ranks)?,
+        None => check_job_size(manifest, 1)?,
+    }
+    let data = prepare_data(manifest)?;
+    if let Some(ranks) = ranks {
+        let split: Vec<u8> =
+            data.train.tokens.iter().chain(&data.holdout.tokens).flat_map(|t| t.to_le_bytes()).collect();
+        ranks.check_same("data (train and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
+    }
+    let mut summaries = Vec::new();
+    for model in &manifest.models {
+        for strategy in &manifest.strategies {
+            for &seed in &manifest.experiment.seeds {
+                summaries.push(run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?);
+            }
+        }
+    }
+    let failed = summaries.iter().filter(|s| s.status == RunStatus::Failed).count();
+    if failed > 0 {
+        return Err(RunError::RunsFailed { failed, total: summaries.len() });
+    }
+    Ok(summaries)
+}

@@ -1,0 +1,183 @@
+//! One run: its results folder, its progress bar, the training, and its summary.
+
+use std::path::Path;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tandem_parallel::Ranks;
+
+use super::training::dispatch;
+use super::{PreparedData, RunError, RunOptions};
+use crate::backend::{BackendKind, DeviceSpec};
+use crate::manifest::{Manifest, ModelEntry, StrategyConfig};
+use crate::results::{self, ClusterInfo, RankLog, RunStatus, RunSummary};
+
+/// Everything a single run needs, independent of the backend type.
+pub(super) struct RunContext<'a> {
+    pub entry: &'a ModelEntry,
+    pub strategy: &'a StrategyConfig,
+    pub seed: u64,
+    pub data: &'a PreparedData,
+    pub dir: &'a Path,
+    pub progress: ProgressBar,
+    /// The job's ranks, in a multi-process run.
+    pub ranks: Option<&'a dyn Ranks>,
+    /// Whether this process writes the run's results (rank 0 of a job; other ranks write a
+    /// `rank-N.json` log only).
+    pub writes_results: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_one(
+    manifest: &Manifest,
+    entry: &ModelEntry,
+    strategy: &StrategyConfig,
+    seed: u64,
+    backend: BackendKind,
+    devices: &[DeviceSpec],
+    data: &PreparedData,
+    options: &RunOptions,
+) -> Result<RunSummary, RunError> {
+    let run_id = format!("{}-{}-seed{seed}", entry.name, strategy.label());
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Results { path, source }
+    };
+    let ranks = options.job();
+    let writes_results = ranks.is_none_or(|r| r.rank() == 0);
+    let (dir, run_id) = match ranks {
+        None => {
+            results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?
+        }
+        // Rank 0 picks the folder name; the others log into the same folder (theirs, on
+        // machines that do not share rank 0's disk).
+        Some(ranks) => {
+            let picked = if writes_results {
+                results::create_run_dir(&options.out, &manifest.experiment.name, &run_id)
+                    .map_err(io_err(&options.out))?
+                    .1
+            } else {
+                String::new()
+            };
+            let run_id = ranks.broadcast_text(&picked).map_err(RunError::Config)?;
+            let dir = options.out.join(&manifest.experiment.name).join(&run_id);
+            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+            (dir, run_id)
+        }
+    };
+    let mut resolved = manifest.for_run(entry, strategy, seed);
+    resolved.experiment.backend = backend;
+    resolved.experiment.devices = devices.iter().map(ToString::to_string).collect();
+    if writes_results {
+        results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
+        data.vocab.save(&dir.join("vocab.json"))?;
+    }
+
+    let threads = strategy.threads(&entry.train);
+    let total = (entry.train.epochs * data.train.len()) as u64;
+    let progress = progress_bar(options.progress && writes_results, total, &run_id);
+    let started_at = results::now_utc();
+    let ctx = RunContext { entry, strategy, seed, data, dir: &dir, progress, ranks, writes_results };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tandem-compute-{i}"))
+        .build()
+        .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
+    let outcome = pool.install(|| dispatch(backend, devices, &ctx));
+    let error = outcome.error;
+    let (records, parameters) = (outcome.records, outcome.parameters);
+    ctx.progress.finish_and_clear();
+    let mut summary = RunSummary {
+        format_version: tandem_results::FORMAT_VERSION,
+        status: if error.is_some() { RunStatus::Failed } else { RunStatus::Finished },
+        error,
+        experiment: manifest.experiment.name.clone(),
+        run_id: run_id.clone(),
+        model: entry.name.clone(),
+        architecture: entry.config.architecture().name().into(),
+        strategy: strategy.label(),
+        backend: backend.name().into(),
+        devices: outcome.devices,
+        shared_devices: outcome.shared_devices,
+        machine: results::machine_description(),
+        threads_per_device: threads,
+        seed,
+        data: match &entry.train.stream {
+            Some(stream) => format!(
+                "{}, as a stream ({} passes in one fixed order, holdout every {} batches)",
+                data.splits_description, entry.train.epochs, stream.eval_every
+            ),
+            None => data.splits_description.clone(),
+        },
+        train_samples: data.train.len(),
+        holdout_samples: data.holdout.len(),
+        vocab_size: data.vocab.len(),
+        max_len: manifest.data.max_len,
+        parameters,
+        epochs_completed: 0,
+        train_seconds: 0.0,
+        eval_seconds: 0.0,
+        train_samples_per_second: 0.0,
+        final_metrics: None,
+        final_holdout_loss: None,
+        best_epoch: None,
+        best_accuracy: None,
+        prequential_accuracy: None,
+        prequential_samples: 0,
+        tandem_version: crate::VERSION.into(),
+        started_at,
+        finished_at: results::now_utc(),
+        figures: Default::default(),
+        cluster: None,
+    };
+    summary.set_epochs(&records);
+    if let Some(ranks) = ranks {
+        summary.cluster = Some(match strategy.stages() {
+            Some(stages) => ClusterInfo::model_parallel(ranks.size(), stages / ranks.size(), &records),
+            None => ClusterInfo::data_parallel(ranks.size(), strategy.num_devices(), &records),
+        });
+    }
+    if !writes_results {
+        let ranks = ranks.expect("only a rank other than 0 does not write results");
+        let log = dir.join(format!("rank-{}.json", ranks.rank()));
+        results::write_json(&log, &RankLog::new(ranks.rank(), ranks.host(), &summary)).map_err(io_err(&dir))?;
+    } else {
+        results::write_json(&dir.join("summary.json"), &summary).map_err(io_err(&dir))?;
+    }
+    match (&summary.error, ranks) {
+        // The other ranks may be waiting for this one in a collective: end the job, now that
+        // this rank's results are written. A rank other than 0 first leaves rank 0 a moment to
+        // write its own, in case the failure struck every rank.
+        (Some(e), Some(ranks)) => {
+            if ranks.rank() != 0 {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+            }
+            ranks.abort(&format!("{run_id} failed on rank {} after {} epochs: {e}", ranks.rank(), records.len()))
+        }
+        (Some(e), None) => eprintln!("{run_id}: FAILED after {} epochs: {e}", records.len()),
+        (None, _) if !writes_results => {}
+        (None, _) => eprintln!(
+            "{run_id}: accuracy {:.4}, macro F1 {:.4}, {:.1} s training, {:.0} samples/s → {}",
+            summary.final_metrics.as_ref().map_or(0.0, |m| m.accuracy),
+            summary.final_metrics.as_ref().map_or(0.0, |m| m.macro_f1),
+            summary.train_seconds,
+            summary.train_samples_per_second,
+            dir.display()
+        ),
+    }
+    Ok(summary)
+}
+
+fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    // stderr target: drawn only when stderr is a terminal.
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} samples, {per_sec}, eta {eta} {msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(label.to_string());
+    bar
+}

@@ -1,0 +1,191 @@
+//! A run on a concrete backend: the devices started, the model and strategy built, the epochs
+//! trained and written as they finish, the model saved.
+
+use std::path::Path;
+
+use burn::tensor::backend::AutodiffBackend;
+use tandem_models::{Classifier, InputSpec};
+use tandem_parallel::{DataParallel, ModelParallel};
+use tandem_train::{EpochRecord, Sequential, Strategy};
+
+use super::devices::devices_for;
+use super::one_run::RunContext;
+use crate::backend::{BackendKind, DeviceSpec};
+use crate::manifest::StrategyConfig;
+use crate::results;
+
+/// What a finished or failed run returns.
+pub(super) struct Outcome {
+    pub records: Vec<EpochRecord>,
+    pub parameters: usize,
+    /// The devices the strategy computed on, as the backend names them.
+    pub devices: Vec<String>,
+    /// Several replicas or stages on one GPU.
+    pub shared_devices: bool,
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    fn failed(error: String) -> Self {
+        Self { records: Vec::new(), parameters: 0, devices: Vec::new(), shared_devices: false, error: Some(error) }
+    }
+}
+
+/// Picks the concrete backend type and the devices for a run.
+#[allow(unused_variables)] // `devices`: only GPU backends read it
+pub(super) fn dispatch(backend: BackendKind, devices: &[DeviceSpec], ctx: &RunContext) -> Outcome {
+    use burn::backend::Autodiff;
+    // CPU backends have one device (a device is `threads` cores); GPU backends pick by index.
+    // (Each helper is unused in builds without its kind of backend.)
+    #[allow(dead_code)]
+    fn cpu<D: Default>() -> Vec<(String, D)> {
+        vec![("cpu".to_string(), D::default())]
+    }
+    #[allow(dead_code)]
+    fn gpus<D>(devices: &[DeviceSpec], device: impl Fn(usize) -> D) -> Vec<(String, D)> {
+        devices.iter().map(|d| (d.to_string(), device(d.index))).collect()
+    }
+    match backend {
+        #[cfg(feature = "flex")]
+        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(cpu(), true, ctx),
+        #[cfg(feature = "ndarray")]
+        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(cpu(), true, ctx),
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => {
+            train_on::<Autodiff<burn::backend::Wgpu>>(gpus(devices, crate::backend::wgpu_device), false, ctx)
+        }
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => {
+            train_on::<Autodiff<burn::backend::Cuda>>(gpus(devices, burn::backend::cuda::CudaDevice::new), false, ctx)
+        }
+        #[allow(unreachable_patterns)]
+        other => Outcome::failed(format!("backend `{other}` is not compiled into this build")),
+    }
+}
+
+/// Builds the model and strategy on backend `B` and trains, writing `epochs.jsonl` as it goes.
+/// `devices`: the manifest's devices with their names. `cpu`: the backend has one device, which
+/// every replica or stage shares (one core each); a GPU device is probed before use.
+fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ctx: &RunContext) -> Outcome {
+    // In a multi-process job each rank runs its share of the stages (replicas are per rank).
+    let wanted = match (ctx.ranks, ctx.strategy.stages()) {
+        (Some(ranks), Some(stages)) => stages / ranks.size(),
+        _ => ctx.strategy.num_devices(),
+    };
+    let used = match devices_for(&devices, wanted, cpu) {
+        Ok(used) => used,
+        Err(e) => return Outcome::failed(e),
+    };
+    let mut distinct: Vec<&(String, B::Device)> = Vec::new();
+    for pair in &used {
+        if !distinct.iter().any(|(name, _)| *name == pair.0) {
+            distinct.push(pair);
+        }
+    }
+    if !cpu {
+        for (name, device) in &distinct {
+            if let Err(e) = crate::backend::probe_device::<B>(name, device) {
+                return Outcome::failed(e);
+            }
+        }
+    }
+    let shared_devices = !cpu && distinct.len() < used.len();
+    if shared_devices {
+        eprintln!(
+            "note: {} replicas or stages share {} GPU(s): a correctness check, not a speedup measurement",
+            used.len(),
+            distinct.len()
+        );
+    }
+    let devices: Vec<B::Device> = used.into_iter().map(|(_, device)| device).collect();
+    let device = devices[0].clone();
+    let train = &ctx.entry.train;
+    let input = InputSpec {
+        vocab_size: ctx.data.vocab.len(),
+        max_len: ctx.data.train.max_len,
+        num_classes: tandem_data::NUM_CLASSES,
+    };
+    tandem_train::seed_backend::<B>(&device, ctx.seed);
+    let model: Classifier<B> = ctx.entry.config.init(&input, &device);
+    let parameters = model.parameter_count();
+    let built: Result<Box<dyn Strategy<B>>, String> = match ctx.strategy {
+        StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
+        StrategyConfig::DataParallel(dp) => DataParallel::new(model, train, dp, devices)
+            .and_then(|s| match ctx.ranks {
+                Some(ranks) => s.across_ranks(ranks),
+                None => Ok(s),
+            })
+            .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::ModelParallel(mp) => match ctx.ranks {
+            Some(ranks) => ModelParallel::across_ranks(model, train, mp, devices, &ctx.data.train, ranks),
+            None => ModelParallel::new(model, train, mp, devices, &ctx.data.train),
+        }
+        .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
+        StrategyConfig::PredictiveSync(sync) => {
+            sync.build(model, train, devices, &ctx.data.train, ctx.ranks).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
+        }
+    };
+    let mut strategy = match built {
+        Ok(strategy) => strategy,
+        Err(e) => return Outcome { parameters, shared_devices, ..Outcome::failed(e) },
+    };
+    if let Some(ranks) = ctx.ranks {
+        // Same initial parameters everywhere (checked), but each rank its own dropout masks.
+        tandem_train::seed_backend::<B>(&device, ctx.seed.wrapping_add(ranks.rank() as u64));
+    }
+    let epochs_path = ctx.dir.join("epochs.jsonl");
+    let mut written: Vec<EpochRecord> = Vec::new();
+    let progress = &ctx.progress;
+    let on_batch = |n: usize| progress.inc(n as u64);
+    let mut on_epoch = |record: &EpochRecord| {
+        written.push(record.clone());
+        if !ctx.writes_results {
+            return Ok(());
+        }
+        let point = match &record.stream {
+            Some(at) => format!("pass {:>2}, batch {:>5}", record.epoch, at.batches),
+            None => format!("epoch {:>2}", record.epoch),
+        };
+        let line = format!(
+            "  {point}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {:.0} samples/s",
+            record.train_loss,
+            record.holdout_loss,
+            record.holdout.accuracy,
+            record.holdout.macro_f1,
+            record.train_samples_per_second
+        );
+        if progress.is_hidden() {
+            eprintln!("{line}")
+        } else {
+            progress.println(line)
+        }
+        results::write_epochs(&epochs_path, &written)
+            .map_err(|e| format!("cannot write {}: {e}", epochs_path.display()))
+    };
+    let result = tandem_train::train(
+        strategy.as_mut(),
+        train,
+        ctx.seed,
+        &ctx.data.train,
+        &ctx.data.holdout,
+        &device,
+        &on_batch,
+        &mut on_epoch,
+    );
+    let saved = if ctx.writes_results { save_model(&strategy.model(), &ctx.dir.join("model")) } else { Ok(()) };
+    let devices = strategy.devices();
+    match result.map_err(|e| e.to_string()).and_then(|records| saved.map(|()| records)) {
+        Ok(records) => Outcome { records, parameters, devices, shared_devices, error: None },
+        Err(e) => Outcome { records: written, parameters, devices, shared_devices, error: Some(e) },
+    }
+}
+
+/// Saves the trained parameters as `<path>.bin` (Burn's binary record, full precision).
+fn save_model<B: AutodiffBackend>(model: &Classifier<B>, path: &Path) -> Result<(), String> {
+    use burn::module::Module;
+    use burn::record::{BinFileRecorder, FullPrecisionSettings};
+    model
+        .clone()
+        .save_file(path, &BinFileRecorder::<FullPrecisionSettings>::new())
+        .map_err(|e| format!("cannot save the model to {}.bin: {e}", path.display()))
+}
