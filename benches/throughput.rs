@@ -32,6 +32,9 @@ use tandem_testing::reference_model;
 use tandem_train::optim::{adamw_config, AnyOptimizer};
 use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
 
+/// Measures one model's training throughput on one backend.
+type Measure = fn(&ModelConfig, Optim, Duration) -> Measured;
+
 const BATCH: usize = 64;
 const SEQ: usize = 64;
 const VOCAB: usize = 20_000;
@@ -150,7 +153,7 @@ fn main() {
         .unwrap_or_else(|| if cores > 1 { vec![1, cores] } else { vec![1] });
     let wanted = |name: &str| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name));
     // (name, computes on the CPU, measure)
-    let mut backends: Vec<(&str, bool, fn(&ModelConfig, Optim, Duration) -> Measured)> = Vec::new();
+    let mut backends: Vec<(&str, bool, Measure)> = Vec::new();
     #[cfg(feature = "flex")]
     backends.push(("flex", true, measure::<Autodiff<burn::backend::Flex>>));
     #[cfg(feature = "ndarray")]

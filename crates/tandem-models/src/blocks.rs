@@ -149,6 +149,8 @@ impl<B: Backend> ConvPoolBlock<B> {
 }
 
 /// One recurrent cell type, uni- or bidirectional (Burn's own modules).
+// Burn's `Module` derive takes the variants by value; a model holds a few of them.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Rnn<B: Backend> {
     Lstm(Lstm<B>),
@@ -220,6 +222,8 @@ impl<B: Backend> HeadBlock<B> {
 }
 
 /// One step of a classifier's block sequence.
+// Burn's `Module` derive takes the variants by value; a model holds a few of them.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Block<B: Backend> {
     Embedding(EmbeddingBlock<B>),

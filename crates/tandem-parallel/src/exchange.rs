@@ -177,7 +177,7 @@ impl GradientExchange {
             let summed = self.all_reduce(Tensor::cat(parts, 0).mul_scalar(weight), &mut stats)?;
             let mut offset = 0;
             for size in sizes {
-                reduced.push(summed.clone().slice([offset..offset + size]));
+                reduced.push(summed.clone().slice(offset..offset + size));
                 offset += size;
             }
         }

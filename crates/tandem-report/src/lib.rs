@@ -16,6 +16,9 @@ use aggregate::{summarize, SettingTable, Stat};
 use document::{Block, Document};
 use tandem_results::{FindError, Run, RunState, StrategyFigures};
 
+/// Draws one plot of a setting as SVG text (`None`: nothing to plot).
+type Plot = fn(&SettingTable) -> Result<Option<String>, String>;
+
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -161,7 +164,7 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
     communication_table(doc, table);
     sync_table(doc, table);
     let context = format!("{} · {} · {} · {machine}", s.experiment, s.data, s.backend);
-    let figures: [(&str, &str, fn(&SettingTable) -> Result<Option<String>, String>); 4] = [
+    let figures: [(&str, &str, Plot); 4] = [
         ("speedup", "Speedup over sequential per architecture and strategy", plots::speedup),
         ("accuracy-time", "Holdout accuracy against training time per strategy", plots::accuracy_over_time),
         (

@@ -7,6 +7,9 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{accuracy_curve, pareto_front, stage_breakdown, SettingTable, BASELINE};
 
+/// One strategy's curve in a plot: its colour index, its name and its points.
+type Curve<'a> = (usize, &'a str, Vec<(f64, f64)>);
+
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type PlotResult<T> = Result<T, String>;
 
@@ -182,7 +185,7 @@ pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
         for (panel, model) in
             panels(root, "Holdout accuracy against training time (mean over seeds)", models.len())?.iter().zip(&models)
         {
-            let curves: Vec<(usize, &str, Vec<(f64, f64)>)> = strategies
+            let curves: Vec<Curve> = strategies
                 .iter()
                 .enumerate()
                 .filter_map(|(s, strategy)| Some((s, *strategy, accuracy_curve(&table.group(model, strategy)?.runs))))

@@ -217,7 +217,7 @@ fn failed_interrupted_and_unreadable_runs_are_listed_and_not_averaged() {
 fn a_missing_input_or_a_folder_without_runs_is_a_clear_error() {
     let root = tempfile::tempdir().unwrap();
     let missing = root.path().join("nope");
-    let e = find_runs(&[missing.clone()]).unwrap_err().to_string();
+    let e = find_runs(std::slice::from_ref(&missing)).unwrap_err().to_string();
     assert!(e.contains(&missing.display().to_string()) && e.contains("no such directory"), "{e}");
     let e = find_runs(&[root.path().to_path_buf()]).unwrap_err().to_string();
     assert!(e.contains("no runs under"), "{e}");

@@ -179,8 +179,10 @@ fn the_safe_zone_syncs_when_drift_or_uncertainty_leaves_it() {
     // Fixed threshold 1.0: drift grows by 0.3 per predicted step, so steps 1-3 stay inside
     // (0.3, 0.6, 0.9), step 4 (1.2) leaves the zone.
     let fixed = TriggerConfig::SafeZone { threshold: Some(1.0), auto_factor: 8.0, max_horizon: 100 };
-    let drift =
-        |t: usize| Evidence { drift: 0.3 * (t % 4) as f64 + if t % 4 == 0 { 1.2 } else { 0.0 }, uncertainty: None };
+    let drift = |t: usize| Evidence {
+        drift: 0.3 * (t % 4) as f64 + if t.is_multiple_of(4) { 1.2 } else { 0.0 },
+        uncertainty: None,
+    };
     assert_eq!(sync_steps(&fixed, 9, drift), vec![0, 4, 8]);
     // Automatic threshold: auto_factor × the mean real update norm (1.0 in `sync_steps`).
     let auto = TriggerConfig::SafeZone { threshold: None, auto_factor: 2.5, max_horizon: 100 };

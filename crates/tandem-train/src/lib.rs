@@ -108,7 +108,7 @@ impl TrainConfig {
         if self.weight_decay < 0.0 {
             return Err(format!("`weight_decay` must not be negative, got {}", self.weight_decay));
         }
-        if let Some(c) = self.grad_clip_norm.filter(|c| !(*c > 0.0)) {
+        if let Some(c) = self.grad_clip_norm.filter(|c| c.is_nan() || *c <= 0.0) {
             return Err(format!("`grad_clip_norm` must be positive, got {c}"));
         }
         if let Some(stream) = &self.stream {
@@ -180,6 +180,7 @@ pub trait Strategy<B: AutodiffBackend> {
 /// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
 /// epoch on `eval_device`. `on_epoch` receives each record as soon as it exists (to write it to
 /// disk) and may stop the run by returning an error.
+#[allow(clippy::too_many_arguments)] // the epoch loop's inputs, each named at the call
 pub fn train<B: AutodiffBackend>(
     strategy: &mut dyn Strategy<B>,
     config: &TrainConfig,

@@ -100,7 +100,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
     ) -> Result<Self, String> {
         config.validate()?;
         let (size, rank) = (ranks.size(), ranks.rank());
-        if config.stages % size != 0 {
+        if !config.stages.is_multiple_of(size) {
             return Err(format!(
                 "`stages` = {} cannot be spread evenly over the job's {size} ranks: make it a multiple of {size}",
                 config.stages
@@ -227,7 +227,9 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             self.stages.iter_mut().zip(ends).enumerate().filter(|(id, _)| placement.runs_stage(*id))
         {
             let device = &mut work[placement.device_of(id) - local.start];
-            (device.ids.push(id), device.stages.push(stage), device.ends.push(ends));
+            device.ids.push(id);
+            device.stages.push(stage);
+            device.ends.push(ends);
         }
         for (device, policy) in self.policies.iter_mut().enumerate().filter(|(d, _)| local.contains(d)) {
             work[device - local.start].policy = Some(policy);
