@@ -1,10 +1,12 @@
 //! Runs a manifest: data preparation once, then one training run per model × strategy × seed.
 //!
+//! - [`context`]: what one run needs, whatever the backend;
 //! - [`job`]: the checks of a multi-process job (every rank runs the same thing);
 //! - [`devices`]: which devices a run computes on;
 //! - [`one_run`]: one run's folder, progress and summary;
 //! - [`training`]: the model and strategy on a concrete backend, trained.
 
+mod context;
 mod devices;
 mod job;
 mod one_run;

@@ -3,28 +3,13 @@
 use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tandem_parallel::Ranks;
 
+use super::context::RunContext;
 use super::training::dispatch;
 use super::{PreparedData, RunError, RunOptions};
 use crate::backend::{BackendKind, DeviceSpec};
 use crate::manifest::{Manifest, ModelEntry, StrategyConfig};
 use crate::results::{self, ClusterInfo, RankLog, RunStatus, RunSummary};
-
-/// Everything a single run needs, independent of the backend type.
-pub(super) struct RunContext<'a> {
-    pub entry: &'a ModelEntry,
-    pub strategy: &'a StrategyConfig,
-    pub seed: u64,
-    pub data: &'a PreparedData,
-    pub dir: &'a Path,
-    pub progress: ProgressBar,
-    /// The job's ranks, in a multi-process run.
-    pub ranks: Option<&'a dyn Ranks>,
-    /// Whether this process writes the run's results (rank 0 of a job; other ranks write a
-    /// `rank-N.json` log only).
-    pub writes_results: bool,
-}
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_one(

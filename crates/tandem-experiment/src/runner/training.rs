@@ -8,8 +8,8 @@ use tandem_models::{Classifier, InputSpec};
 use tandem_parallel::{DataParallel, ModelParallel};
 use tandem_train::{EpochRecord, Sequential, Strategy};
 
+use super::context::RunContext;
 use super::devices::devices_for;
-use super::one_run::RunContext;
 use crate::backend::{BackendKind, DeviceSpec};
 use crate::manifest::StrategyConfig;
 use crate::results;
