@@ -40,6 +40,20 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// Category labels, drawn by hand on the root area (`backend_coord` gives root pixels) at the categories' centres (axis ticks fall where they like).
+/// Draws the chart's legend at `position`, boxed on a near-opaque white background.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
 fn label_style(h: HPos, v: VPos) -> TextStyle<'static> {
     TextStyle::from((FONT, 14).into_font()).pos(Pos::new(h, v))
 }
@@ -161,13 +175,7 @@ pub fn speedup(table: &SettingTable) -> PlotResult<Option<String>> {
             let (x, y) = chart.backend_coord(&(m as f64 + 0.5, 0.0));
             root.draw(&Text::new(model.to_string(), (x, y + 8), label_style(HPos::Center, VPos::Top))).map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
     .map(Some)
 }
@@ -220,13 +228,7 @@ pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(2)));
                 chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(err)?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK)
-                .draw()
-                .map_err(err)?;
+            legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         }
         Ok(())
     })
@@ -304,13 +306,7 @@ pub fn communication_vs_accuracy(table: &SettingTable) -> PlotResult<Option<Stri
                     .label(*strategy)
                     .legend(move |(x, y)| Circle::new((x + 6, y), 5, c.filled()));
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK)
-                .draw()
-                .map_err(err)?;
+            legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         }
         Ok(())
     })
@@ -368,13 +364,7 @@ pub fn stage_time(table: &SettingTable) -> PlotResult<Option<String>> {
             let (x, y) = chart.backend_coord(&(0.0, (n - 1 - i) as f64 + 0.5));
             root.draw(&Text::new(name.clone(), (x - 8, y), label_style(HPos::Right, VPos::Center))).map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
     .map(Some)
 }
