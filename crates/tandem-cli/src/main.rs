@@ -143,7 +143,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Validate { manifest: path } => {
-            let manifest = Manifest::load(&path).map_err(|e| e.to_string())?;
+            let manifest = Manifest::load_and_check_paths(&path).map_err(|e| e.to_string())?;
             let runs = manifest.models.len() * manifest.strategies.len() * manifest.experiment.seeds.len();
             println!(
                 "{}: valid — experiment `{}`, {} models × {} strategies ({}) × {} seeds = {runs} runs, backend {}",

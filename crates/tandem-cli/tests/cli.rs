@@ -34,6 +34,25 @@ fn validate_accepts_the_quickstart_and_names_the_bad_field_otherwise() {
 }
 
 #[test]
+fn validate_refuses_what_a_run_would_fail_on_naming_the_field_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    let cases = [
+        ("[train]\nweight_decay = nan\n", "train.weight_decay (line 5)"),
+        ("[strategy]\nkind = \"model-parallel\"\nstages = 9\n", "strategy.stages (line 6)"),
+        ("[data]\ndir = \"nothing-here\"\n", "data.dir (line 5)"),
+        ("[data]\nvocab = { max_size = 1000, bogus = 1 }\n", "line 5"),
+    ];
+    for (section, needle) in cases {
+        let text =
+            format!("[experiment]\nname = \"x\"\n\n{section}\n[[models]]\nname = \"m\"\narchitecture = \"cnn\"\n");
+        std::fs::write(&bad, text).unwrap();
+        let (ok, _, stderr) = tandem(&["validate", bad.to_str().unwrap()]);
+        assert!(!ok && stderr.contains("bad.toml") && stderr.contains(needle), "`{needle}` in {stderr}");
+    }
+}
+
+#[test]
 fn run_offline_without_data_fails_with_the_fetch_command() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("m.toml");

@@ -11,7 +11,7 @@ use crate::text::tokenize;
 
 /// How a [`Vocab`] is built.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct VocabConfig {
     /// Maximum number of entries, counting `<pad>` and `<unk>`.
     pub max_size: usize,

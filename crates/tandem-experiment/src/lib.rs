@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod manifest;
+pub mod memory;
 pub mod results;
 pub mod runner;
 

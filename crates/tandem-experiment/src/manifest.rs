@@ -1,18 +1,24 @@
 //! Experiment manifests: TOML files with `[experiment]`, `[data]`, `[train]`, `[strategy]`
 //! (or several `[[strategies]]`)
-//! and one `[[models]]` entry per model. Unknown keys are rejected; errors name the file,
-//! the field and, where the TOML parser knows it, the line.
+//! and one `[[models]]` entry per model. Unknown keys, non-finite numbers and settings a run
+//! would fail on are rejected; errors name the file, the field and its line.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tandem_data::VocabConfig;
-use tandem_models::{InputSpec, ModelConfig};
+use tandem_models::ModelConfig;
 use tandem_parallel::{DataParallelConfig, ModelParallelConfig};
 use tandem_sync::PredictiveSyncConfig;
 use tandem_train::TrainConfig;
 
-use crate::backend::{BackendKind, DeviceSpec};
+use crate::backend::BackendKind;
+
+mod checks;
+mod spans;
+
+use checks::Problem;
+use spans::Spans;
 
 /// A manifest that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +170,15 @@ impl StrategyConfig {
         }
     }
 
+    /// Copies of the whole model one process trains: one per replica for data parallelism
+    /// (stages each hold a part of one copy).
+    pub fn model_copies(&self) -> usize {
+        match self {
+            Self::DataParallel(c) => c.replicas,
+            _ => 1,
+        }
+    }
+
     /// Number of devices the strategy computes on.
     pub fn num_devices(&self) -> usize {
         match self {
@@ -171,16 +186,6 @@ impl StrategyConfig {
             Self::DataParallel(c) => c.replicas,
             Self::ModelParallel(c) => c.stages,
             Self::PredictiveSync(c) => c.model_parallel.stages,
-        }
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        match self {
-            Self::Sequential(SequentialConfig { threads: Some(0) }) => Err("threads: must be at least 1".into()),
-            Self::Sequential(_) => Ok(()),
-            Self::DataParallel(c) => c.validate(),
-            Self::ModelParallel(c) => c.validate(),
-            Self::PredictiveSync(c) => c.validate(),
         }
     }
 }
@@ -220,8 +225,8 @@ struct RawManifest {
     data: DataSection,
     #[serde(default)]
     train: TrainConfig,
-    strategy: Option<StrategyConfig>,
-    strategies: Option<Vec<StrategyConfig>>,
+    strategy: Option<toml::Table>,
+    strategies: Option<Vec<toml::Table>>,
     models: Vec<toml::Table>,
     #[serde(default)]
     cluster: ClusterSection,
@@ -230,31 +235,64 @@ struct RawManifest {
 impl Manifest {
     /// Reads and validates a manifest file.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
-            path: path.to_path_buf(),
-            message: format!("cannot read the manifest: {e}"),
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&read(path)?, path)
+    }
+
+    /// Reads and validates a manifest file, and checks what `tandem validate` also checks
+    /// outside it: a data directory the manifest names exists (`tandem run` would instead fetch
+    /// the dataset into it).
+    pub fn load_and_check_paths(path: &Path) -> Result<Self, ManifestError> {
+        let text = read(path)?;
+        let manifest = Self::parse(&text, path)?;
+        if manifest.data.dir.is_some() && !manifest.data_dir().is_dir() {
+            let dir = manifest.data_dir();
+            let dir = std::path::absolute(&dir).unwrap_or(dir);
+            let problem = Problem::new(
+                "data.dir",
+                format!(
+                    "the directory {} does not exist (`tandem data fetch --dir {}` downloads AG News there)",
+                    dir.display(),
+                    dir.display()
+                ),
+            );
+            let spans = Spans::parse(&text).map_err(|message| ManifestError { path: path.into(), message })?;
+            return Err(located(&spans, problem, path));
+        }
+        Ok(manifest)
     }
 
     /// Parses and validates manifest text; `path` is used in messages and for relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ManifestError> {
         let err = |message: String| ManifestError { path: path.to_path_buf(), message };
-        let raw: RawManifest = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let spans = Spans::parse(text).map_err(err)?;
+        if let Some((field, value, line)) = spans.first_non_finite_float() {
+            return Err(err(format!("{field} (line {line}): must be a finite number, got {value}")));
+        }
         let doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let raw: RawManifest = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
         let global_train = doc.get("train").and_then(|t| t.as_table()).cloned().unwrap_or_default();
         let models = raw
             .models
             .into_iter()
             .enumerate()
-            .map(|(i, table)| model_entry(table, &global_train).map_err(|m| err(format!("models[{i}]{m}"))))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|(i, table)| model_entry(table, &global_train, &format!("models[{i}]")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|problem| located(&spans, problem, path))?;
+        let single_strategy = raw.strategy.is_some();
+        let strategy_path =
+            |i: usize| if single_strategy { "strategy".to_string() } else { format!("strategies[{i}]") };
         let strategies = match (raw.strategy, raw.strategies) {
             (Some(_), Some(_)) => return Err(err("use either [strategy] or [[strategies]], not both".into())),
             (Some(one), None) => vec![one],
             (None, Some(list)) => list,
-            (None, None) => vec![StrategyConfig::default()],
+            (None, None) => vec![toml::Table::from_iter([("kind".to_string(), "sequential".into())])],
         };
+        let strategies = strategies
+            .into_iter()
+            .enumerate()
+            .map(|(i, table)| strategy_entry(table, &strategy_path(i)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|problem| located(&spans, problem, path))?;
         let manifest = Manifest {
             experiment: raw.experiment,
             data: raw.data,
@@ -263,64 +301,12 @@ impl Manifest {
             cluster: raw.cluster,
             source: path.to_path_buf(),
         };
-        raw.train.validate().map_err(|m| err(format!("[train]: {m}")))?;
-        manifest.validate().map_err(err)?;
+        raw.train
+            .validate()
+            .map_err(|m| Problem::nested("train", &m))
+            .and_then(|()| checks::check(&manifest, &strategy_path))
+            .map_err(|problem| located(&spans, problem, path))?;
         Ok(manifest)
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        let e = &self.experiment;
-        if e.name.is_empty() || !e.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(format!(
-                "[experiment] name: `{}` must be non-empty and use only letters, digits, `-`, `_`, `.`",
-                e.name
-            ));
-        }
-        if e.seeds.is_empty() {
-            return Err("[experiment] seeds: list at least one seed".into());
-        }
-        if e.devices.is_empty() {
-            return Err("[experiment] devices: list at least one device".into());
-        }
-        for d in &e.devices {
-            let spec: DeviceSpec = d.parse().map_err(|m| format!("[experiment] devices: {m}"))?;
-            spec.check_backend(e.backend).map_err(|m| format!("[experiment] devices: {m}"))?;
-        }
-        let d = &self.data;
-        if !(d.holdout_fraction > 0.0 && d.holdout_fraction < 1.0) {
-            return Err(format!("[data] holdout_fraction: must be in (0, 1), got {}", d.holdout_fraction));
-        }
-        if d.max_len == 0 {
-            return Err("[data] max_len: must be at least 1".into());
-        }
-        if d.vocab.max_size < 3 {
-            return Err("[data] vocab.max_size: must be at least 3 (<pad>, <unk> and one word)".into());
-        }
-        if self.strategies.is_empty() {
-            return Err("[[strategies]]: list at least one strategy".into());
-        }
-        for (i, strategy) in self.strategies.iter().enumerate() {
-            strategy.validate().map_err(|m| format!("strategies[{i}] ({}): {m}", strategy.name()))?;
-            if self.strategies[..i].iter().any(|o| o.label() == strategy.label()) {
-                return Err(format!("strategies[{i}]: `{}` is listed twice", strategy.label()));
-            }
-        }
-        if self.cluster.ranks == Some(0) {
-            return Err("[cluster] ranks: must be at least 1".into());
-        }
-        if self.models.is_empty() {
-            return Err("[[models]]: list at least one model".into());
-        }
-        let input =
-            InputSpec { vocab_size: d.vocab.max_size, max_len: d.max_len, num_classes: tandem_data::NUM_CLASSES };
-        for (i, m) in self.models.iter().enumerate() {
-            if self.models[..i].iter().any(|o| o.name == m.name) {
-                return Err(format!("models[{i}] name: `{}` is used twice", m.name));
-            }
-            m.config.validate(&input).map_err(|msg| format!("models[{i}] (`{}`): {msg}", m.name))?;
-            m.train.validate().map_err(|msg| format!("models[{i}] (`{}`) train: {msg}", m.name))?;
-        }
-        Ok(())
     }
 
     /// The data directory: `[data] dir` (relative to the manifest), else `$TANDEM_DATA_DIR`, else the default.
@@ -352,25 +338,63 @@ impl Manifest {
     }
 }
 
-/// Builds one model entry from its raw table: `name`, an optional `train` override table,
-/// and the architecture's fields. The error starts with the entry's name where known.
-fn model_entry(mut table: toml::Table, global_train: &toml::Table) -> Result<ModelEntry, String> {
+fn read(path: &Path) -> Result<String, ManifestError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| ManifestError { path: path.to_path_buf(), message: format!("cannot read the manifest: {e}") })
+}
+
+/// The error for `problem`, at the first of its fields the manifest writes, with that line. When
+/// none is written (a serde error names a key or value, not where it is), at the first key or
+/// string value under the nearest written table that the message names in backticks.
+fn located(spans: &Spans, problem: Problem, path: &Path) -> ManifestError {
+    let named = || {
+        let name = problem.message.split('`').nth(1)?;
+        spans.find(&spans.written_prefix(&problem.fields[0]), name)
+    };
+    let field = problem
+        .fields
+        .iter()
+        .find(|f| spans.contains(f))
+        .cloned()
+        .or_else(named)
+        .unwrap_or_else(|| problem.fields[0].clone());
+    let field = &field;
+    let message = match spans.line(field) {
+        Some(line) => format!("{field} (line {line}): {}", problem.message),
+        None => format!("{field}: {}", problem.message),
+    };
+    ManifestError { path: path.to_path_buf(), message }
+}
+
+/// Builds model entry `path` from its raw table: `name`, an optional `train` override table,
+/// and the architecture's fields.
+fn model_entry(mut table: toml::Table, global_train: &toml::Table, path: &str) -> Result<ModelEntry, Problem> {
     let name = match table.remove("name") {
         Some(toml::Value::String(s)) if !s.is_empty() => s,
-        Some(_) => return Err(" name: must be a non-empty string".into()),
-        None => return Err(": missing field `name`".into()),
+        Some(_) => return Err(Problem::new(format!("{path}.name"), "must be a non-empty string")),
+        None => return Err(Problem::new(path, "missing field `name`")),
     };
+    let named = |problem: Problem| Problem { message: format!("model `{name}`: {}", problem.message), ..problem };
     let mut train = global_train.clone();
     match table.remove("train") {
         Some(toml::Value::Table(overrides)) => train.extend(overrides),
-        Some(_) => return Err(format!(" (`{name}`) train: must be a table of [train] overrides")),
+        Some(_) => return Err(named(Problem::new(format!("{path}.train"), "must be a table of [train] overrides"))),
         None => {}
     }
-    let train: TrainConfig =
-        toml::Value::Table(train).try_into().map_err(|e| format!(" (`{name}`) train: {}", one_line(e)))?;
+    let train: TrainConfig = toml::Value::Table(train)
+        .try_into()
+        .map_err(|e| named(Problem::nested(&format!("{path}.train"), &one_line(e))))?;
     let config: ModelConfig =
-        toml::Value::Table(table).try_into().map_err(|e| format!(" (`{name}`): {}", one_line(e)))?;
+        toml::Value::Table(table).try_into().map_err(|e| named(Problem::nested(path, &one_line(e))))?;
     Ok(ModelEntry { name, config, train })
+}
+
+/// Builds strategy `path` from its raw table.
+fn strategy_entry(table: toml::Table, path: &str) -> Result<StrategyConfig, Problem> {
+    let strategy: StrategyConfig =
+        toml::Value::Table(table.clone()).try_into().map_err(|e| Problem::nested(path, &one_line(e)))?;
+    checks::check_no_ignored_keys(&table, &strategy, path)?;
+    Ok(strategy)
 }
 
 fn one_line(e: toml::de::Error) -> String {

@@ -73,8 +73,8 @@ fn unknown_keys_are_rejected_with_their_name_and_line() {
     assert!(e.contains("colour"), "{e}");
     let e = error_of(&format!("{MINIMAL}\n[cluster]\nnodes = 2\n"));
     assert!(e.contains("nodes") && e.contains("line"), "{e}");
-    let e = error_of(&format!("{MINIMAL}\n[cluster]\nranks = 0\n"));
-    assert!(e.contains("[cluster] ranks"), "{e}");
+    let text = format!("{MINIMAL}\n[cluster]\nranks = 0\n");
+    assert_names(&text, "cluster.ranks", "ranks = 0");
 }
 
 #[test]
@@ -183,4 +183,189 @@ fn predictive_sync_settings_are_read_and_checked() {
     assert_eq!(replay.strategies[0].label(), "predictive-sync-holt-alpha0.4-periodic10-replay3-2s-gpipe-4m-1gbe");
     let e = error_of(&format!("{text}replay_batches = 5000\n"));
     assert!(e.contains("strategies[0]") && e.contains("replay_batches"), "{e}");
+}
+
+/// The 1-based line of `text` that contains `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("`{needle}` not in the text")) + 1
+}
+
+/// `text` is refused with an error naming the file, `field` and the line that contains `at`.
+fn assert_names(text: &str, field: &str, at: &str) -> String {
+    assert_names_line(text, field, line_of(text, at))
+}
+
+/// `text` is refused with an error naming the file, `field` and `line`.
+fn assert_names_line(text: &str, field: &str, line: usize) -> String {
+    let e = error_of(text);
+    let line = format!("line {line}");
+    assert!(e.contains("experiments/demo.toml") && e.contains(field) && e.contains(&line), "`{field}`, {line}: {e}");
+    e
+}
+
+const MODEL_PARALLEL: &str = "\n[[strategies]]\nkind = \"model-parallel\"\nstages = 2\nmicro_batches = 4\n";
+
+#[test]
+fn unknown_keys_inside_inline_tables_are_rejected() {
+    assert_names(&format!("{MINIMAL}\n[data]\nvocab = {{ max_size = 100, bogus = 1 }}\n"), "bogus", "bogus");
+    let custom = "interconnect = { latency_us = 5, bandwidth_gb_s = 1, bogus = 2 }";
+    assert_names(&format!("{MINIMAL}{MODEL_PARALLEL}{custom}\n"), "interconnect", "bogus");
+    let sync = "\n[[strategies]]\nkind = \"predictive-sync\"\n";
+    for table in [
+        "predictor = { kind = \"static\", bogus = 1 }",
+        "predictor = { kind = \"holt\", alpha = 0.4, bogus = 1 }",
+        "trigger = { kind = \"periodic\", every = 4, bogus = 1 }",
+        "model_parallel = { stages = 2, bogus = 1 }",
+    ] {
+        assert_names(&format!("{MINIMAL}{sync}{table}\n"), "bogus", "bogus");
+    }
+    assert_names(
+        &MINIMAL.replace("epochs = 3", "epochs = 3\nstream = { eval_every = 5, bogus = 1 }"),
+        "bogus",
+        "bogus",
+    );
+    assert_names(&MINIMAL.replace("hidden = 32", "hidden = 32\nbogus = 1"), "models[1].bogus", "bogus");
+}
+
+#[test]
+fn micro_batches_above_the_batch_size_are_refused_with_both_values() {
+    let text = format!("{MINIMAL}{MODEL_PARALLEL}").replace("micro_batches = 4", "micro_batches = 100");
+    let e = assert_names(&text, "strategies[0].micro_batches", "micro_batches = 100");
+    assert!(e.contains("100") && e.contains("batch size 64"), "{e}");
+    let one_model = MINIMAL.replace("train = { learning_rate = 0.01 }", "train = { batch_size = 2 }");
+    let e = assert_names(&format!("{one_model}{MODEL_PARALLEL}"), "strategies[0].micro_batches", "micro_batches = 4");
+    assert!(e.contains("batch size 2") && e.contains("`lstm`"), "{e}");
+    let naive = text.replace("micro_batches = 100", "micro_batches = 100\nschedule = \"naive\"");
+    parse(&naive).expect("the naive schedule runs one micro-batch");
+    let single =
+        format!("{MINIMAL}\n[strategy]\nkind = \"predictive-sync\"\nmodel_parallel = {{ micro_batches = 65 }}\n");
+    assert_names(&single, "strategy.model_parallel.micro_batches", "micro_batches = 65");
+}
+
+#[test]
+fn stages_and_cuts_must_fit_every_models_blocks() {
+    let text = format!("{MINIMAL}{MODEL_PARALLEL}");
+    let e = assert_names(&text.replace("stages = 2", "stages = 4"), "strategies[0].stages", "stages = 4");
+    assert!(e.contains("`cnn`") && e.contains("3 blocks"), "{e}");
+    let three = text.replace("stages = 2", "stages = 3");
+    parse(&three).expect("3 stages fit CNN and a one-layer LSTM");
+    let e = assert_names(&text.replace("stages = 2", "stages = 2\ncuts = [3]"), "strategies[0].cuts[0]", "cuts");
+    assert!(e.contains("cut 3"), "{e}");
+    assert_names(&text.replace("stages = 2", "stages = 2\ncuts = [0]"), "strategies[0].cuts[0]", "cuts");
+    let e = assert_names(&three.replace("stages = 3", "stages = 3\ncuts = [2, 1]"), "strategies[0].cuts[1]", "cuts");
+    assert!(e.contains("strictly increasing"), "{e}");
+    assert_names(&three.replace("stages = 3", "stages = 3\ncuts = [1, 1]"), "strategies[0].cuts[1]", "cuts");
+    let deep = MINIMAL
+        .replace("hidden = 32", "hidden = 32\nlayers = 3")
+        .replace("name = \"cnn\"\narchitecture = \"cnn\"", "name = \"gru\"\narchitecture = \"gru\"\nlayers = 3");
+    parse(&format!("{deep}{MODEL_PARALLEL}").replace("stages = 2", "stages = 5\ncuts = [1, 2, 3, 4]")).unwrap();
+}
+
+#[test]
+fn duplicate_seeds_are_refused() {
+    let text = MINIMAL.replace("name = \"demo\"", "name = \"demo\"\nseeds = [1, 2, 1]");
+    let e = assert_names(&text, "experiment.seeds[2]", "seeds");
+    assert!(e.contains("seed 1"), "{e}");
+}
+
+#[test]
+fn zero_row_limits_are_refused() {
+    for field in ["max_train_rows", "max_holdout_rows"] {
+        assert_names(&format!("{MINIMAL}\n[data]\n{field} = 0\n"), &format!("data.{field}"), field);
+    }
+}
+
+#[test]
+fn non_finite_numbers_are_refused_wherever_they_are() {
+    let cases = [
+        (MINIMAL.replace("epochs = 3", "epochs = 3\nweight_decay = nan"), "train.weight_decay", "weight_decay"),
+        (MINIMAL.replace("learning_rate = 0.002", "learning_rate = inf"), "train.learning_rate", "learning_rate"),
+        (MINIMAL.replace("hidden = 32", "hidden = 32\ndropout = -inf"), "models[1].dropout", "dropout"),
+        (MINIMAL.replace("0.01 }", "nan }"), "models[1].train.learning_rate", "nan }"),
+        (format!("{MINIMAL}\n[data]\nholdout_fraction = nan\n"), "data.holdout_fraction", "holdout_fraction"),
+        (
+            format!("{MINIMAL}{MODEL_PARALLEL}interconnect = {{ latency_us = nan, bandwidth_gb_s = 1 }}\n"),
+            "strategies[0].interconnect.latency_us",
+            "latency_us",
+        ),
+        (
+            format!("{MINIMAL}\n[[strategies]]\nkind = \"predictive-sync\"\npredictor = {{ kind = \"ema\", alpha = nan }}\n"),
+            "strategies[0].predictor.alpha",
+            "alpha",
+        ),
+        (
+            format!("{MINIMAL}\n[[strategies]]\nkind = \"predictive-sync\"\n\n[strategies.trigger]\nkind = \"budget\"\nfraction = inf\n"),
+            "strategies[0].trigger.fraction",
+            "fraction",
+        ),
+    ];
+    for (text, field, at) in cases {
+        let e = assert_names(&text, field, at);
+        assert!(e.contains("finite"), "{e}");
+    }
+}
+
+#[test]
+fn a_data_directory_the_manifest_names_must_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.toml");
+    let text = format!("{MINIMAL}\n[data]\ndir = \"nothing-here\"\n");
+    std::fs::write(&path, &text).unwrap();
+    Manifest::load(&path).expect("`tandem run` fetches the data into the named directory");
+    let e = Manifest::load_and_check_paths(&path).unwrap_err().to_string();
+    let line = format!("line {}", line_of(&text, "nothing-here"));
+    let resolved = std::path::absolute(dir.path().join("nothing-here")).unwrap();
+    assert!(e.contains("m.toml") && e.contains("data.dir") && e.contains(&line), "{e}");
+    assert!(e.contains(&resolved.display().to_string()), "{e}");
+
+    std::fs::create_dir(dir.path().join("nothing-here")).unwrap();
+    Manifest::load_and_check_paths(&path).unwrap();
+    std::fs::write(&path, MINIMAL).unwrap();
+    Manifest::load_and_check_paths(&path).expect("the default directory may be fetched by `tandem run`");
+}
+
+#[test]
+fn models_too_large_to_train_are_refused_with_the_estimate() {
+    // Reported at the entry's `[[models]]` header, the line above its name.
+    let cases = [
+        (
+            MINIMAL.replace("architecture = \"cnn\"", "architecture = \"cnn\"\nembedding_dim = 1000000000"),
+            "models[0]",
+            "name = \"cnn\"",
+        ),
+        (MINIMAL.replace("hidden = 32", "hidden = 1000000"), "models[1]", "name = \"lstm\""),
+        (format!("{MINIMAL}\n[data]\nvocab = {{ max_size = 1000000000000 }}\n"), "models[0]", "name = \"cnn\""),
+    ];
+    for (text, field, name) in cases {
+        let e = assert_names_line(&text, field, line_of(&text, name) - 1);
+        assert!(e.contains("parameters") && e.contains("GiB") && e.contains("64.0 GiB"), "{e}");
+    }
+    let transformer = "\n[[models]]\nname = \"t\"\narchitecture = \"transformer\"\nd_model = 4000000\nheads = 1\n";
+    let text = format!("{MINIMAL}{transformer}");
+    assert_names_line(&text, "models[2]", line_of(&text, "name = \"t\"") - 1);
+    let replicas = "\n[[strategies]]\nkind = \"data-parallel\"\nreplicas = 64\n";
+    let big = MINIMAL.replace("architecture = \"cnn\"", "architecture = \"cnn\"\nembedding_dim = 10000");
+    parse(&big).expect("one copy fits");
+    let e = assert_names_line(&format!("{big}{replicas}"), "models[0]", line_of(&big, "name = \"cnn\"") - 1);
+    assert!(e.contains("64 replicas"), "{e}");
+}
+
+#[test]
+fn range_errors_name_the_field_and_its_line() {
+    let mp = format!("{MINIMAL}\n[[strategies]]\nkind = \"data-parallel\"\nreplicas = 0\n");
+    assert_names(&mp, "strategies[0].replicas", "replicas = 0");
+    assert_names(&MINIMAL.replace("epochs = 3", "epochs = 0"), "train.epochs", "epochs = 0");
+    assert_names(&MINIMAL.replace("hidden = 32", "hidden = 0"), "models[1].hidden", "hidden = 0");
+    let e = assert_names(&MINIMAL.replace("0.01 }", "-1.0 }"), "models[1].train.learning_rate", "-1.0 }");
+    assert!(e.contains("`lstm`"), "{e}");
+    assert_names(&format!("{MINIMAL}\n[data]\nholdout_fraction = 1.5\n"), "data.holdout_fraction", "1.5");
+    assert_names(&MINIMAL.replace("name = \"lstm\"", "name = \"cnn\" "), "models[1].name", "name = \"cnn\" ");
+    let sync = format!(
+        "{MINIMAL}\n[[strategies]]\nkind = \"predictive-sync\"\ntrigger = {{ kind = \"periodic\", every = 0 }}\n"
+    );
+    assert_names(&sync, "strategies[0].trigger.every", "every = 0");
+    let timeout = format!("{MINIMAL}{MODEL_PARALLEL}timeout_seconds = -1\n");
+    assert_names(&timeout, "strategies[0].timeout_seconds", "timeout_seconds");
+    let devices = MINIMAL.replace("name = \"demo\"", "name = \"demo\"\ndevices = [\"cpu\", \"tpu:0\"]");
+    assert_names(&devices, "experiment.devices[1]", "devices");
 }

@@ -87,6 +87,16 @@ impl ModelConfig {
         }
     }
 
+    /// Blocks of the model `init` builds (the units model parallelism cuts between): CNN 3
+    /// (embedding, conv-pool, head), recurrent and Transformer 2 + `layers`.
+    pub fn num_blocks(&self) -> usize {
+        match self {
+            Self::Cnn(_) => 3,
+            Self::Lstm(c) | Self::Gru(c) => 2 + c.layers,
+            Self::Transformer(c) => 2 + c.layers,
+        }
+    }
+
     /// Builds the model on `device` (parameters drawn from the backend's seeded RNG).
     pub fn init<B: Backend>(&self, input: &InputSpec, device: &B::Device) -> Classifier<B> {
         let blocks = match self {

@@ -33,6 +33,7 @@ pub enum Preset {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 #[serde(
     untagged,
+    deny_unknown_fields,
     expecting = "`interconnect`: one of \"none\", \"nvlink\", \"pcie4\", \"10gbe\", \"1gbe\", or { latency_us = …, bandwidth_gb_s = … }"
 )]
 pub enum Interconnect {

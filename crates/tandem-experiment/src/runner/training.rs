@@ -105,6 +105,9 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         max_len: ctx.data.train.max_len,
         num_classes: tandem_data::NUM_CLASSES,
     };
+    if let Err(e) = crate::memory::check_fits_in_ram(cpu, &ctx.entry.config, &input, ctx.strategy.model_copies()) {
+        return Outcome::failed(e);
+    }
     tandem_train::seed_backend::<B>(&device, ctx.seed);
     let model: Classifier<B> = ctx.entry.config.init(&input, &device);
     let parameters = model.parameter_count();
