@@ -210,8 +210,15 @@ fn check_stages(m: &Manifest, strategy: &StrategyConfig, path: &str) -> Result<(
     for (i, entry) in m.models.iter().enumerate() {
         let blocks = entry.config.num_blocks();
         let of_model = format!("model `{}` ({})", entry.name, blocks_of(&entry.config));
-        if mp.stages > blocks {
-            let message = format!("{} stages, but {of_model} has only {blocks} blocks", mp.stages);
+        if mp.pieces() > blocks {
+            let message = match mp.virtual_stages {
+                1 => format!("{} stages, but {of_model} has only {blocks} blocks", mp.stages),
+                v => format!(
+                    "{} stages × {v} virtual stages = {} pieces, but {of_model} has only {blocks} blocks",
+                    mp.stages,
+                    mp.pieces()
+                ),
+            };
             return Err(Problem::new(format!("{path}.stages"), message));
         }
         if let Some(cuts) = &mp.cuts {
@@ -225,7 +232,7 @@ fn check_stages(m: &Manifest, strategy: &StrategyConfig, path: &str) -> Result<(
             }
         }
         let batch_size = entry.train.batch_size;
-        if mp.schedule != Schedule::Naive && mp.micro_batches > batch_size {
+        if mp.schedule != Schedule::NAIVE && mp.micro_batches > batch_size {
             let message = format!(
                 "{} micro-batches exceed the batch size {batch_size} of model `{}` (each needs at least one sample)",
                 mp.micro_batches, entry.name
