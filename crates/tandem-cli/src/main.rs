@@ -57,6 +57,24 @@ enum Command {
         #[command(subcommand)]
         command: DataCommand,
     },
+    /// Describe the manifest format: every key, or its JSON Schema.
+    Manifest {
+        #[command(subcommand)]
+        command: ManifestCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ManifestCommand {
+    /// Print the key reference in Markdown: every key's type, default, allowed values, meaning.
+    ///
+    /// Example: `tandem manifest reference > manifest-reference.md`
+    Reference,
+    /// Print the manifest's JSON Schema (for editors' TOML completion and checks).
+    ///
+    /// Example: `tandem manifest schema > tandem-manifest.schema.json`, then point the editor's
+    /// TOML extension (e.g. Taplo / Even Better TOML) at it for `experiments/*.toml`.
+    Schema,
 }
 
 #[derive(Subcommand)]
@@ -178,6 +196,15 @@ fn dispatch(command: Command) -> Result<(), String> {
             println!("  data-parallel   replicas on several devices, gradients averaged by all-reduce");
             println!("  model-parallel  stages on several devices; schedules naive, gpipe, 1f1b");
             println!("  predictive-sync model parallel that skips most exchanges, predicting each stage's parameters");
+            Ok(())
+        }
+        Command::Manifest { command: ManifestCommand::Reference } => {
+            print!("{}", tandem_experiment::manifest::reference::markdown());
+            Ok(())
+        }
+        Command::Manifest { command: ManifestCommand::Schema } => {
+            let schema = tandem_experiment::manifest::reference::json_schema();
+            println!("{}", serde_json::to_string_pretty(&schema).map_err(|e| e.to_string())?);
             Ok(())
         }
         Command::Data { command: DataCommand::Fetch { dir, url } } => fetch(dir, &url),

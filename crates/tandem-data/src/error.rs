@@ -63,6 +63,17 @@ pub enum DataError {
         dir: PathBuf,
     },
 
+    /// The official split was asked for, and `train.csv` is missing.
+    #[error(
+        "`split = \"official\"` needs the full dataset, and {dir} has no train.csv (only the test split); \
+         run `tandem data fetch --dir {dir}` to get it, or set `split = \"resplit\"` to carve a split from test.csv",
+        dir = dir.display()
+    )]
+    NoOfficialSplit {
+        /// The directory that was searched.
+        dir: PathBuf,
+    },
+
     /// A vocabulary file is not a valid Tandem vocabulary.
     #[error("{}: invalid vocabulary file: {message}", path.display())]
     Vocab {

@@ -1,5 +1,5 @@
-//! Train/holdout splits: the full dataset when present, else a stratified re-split of the
-//! official test split.
+//! Train/holdout splits: the official train/test split of the full dataset, or a stratified
+//! re-split of the official test split, as the caller's [`SplitMode`] asks.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,10 +25,36 @@ pub struct Splits {
     pub description: String,
 }
 
+/// Which train/holdout split to use.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SplitMode {
+    /// `train.csv` for training, `test.csv` as holdout; an error without `train.csv`.
+    Official,
+    /// A stratified, seeded re-split of `test.csv`, even where `train.csv` exists.
+    Resplit,
+    /// `official` where `train.csv` exists, else `resplit`.
+    #[default]
+    Auto,
+}
+
+impl SplitMode {
+    /// The mode a data directory resolves this one to (`auto` looks for `train.csv`).
+    pub fn resolve(self, dir: &Path) -> SplitMode {
+        match self {
+            SplitMode::Auto if dir.join(TRAIN_FILE).is_file() => SplitMode::Official,
+            SplitMode::Auto => SplitMode::Resplit,
+            other => other,
+        }
+    }
+}
+
 /// How [`load_splits_with`] builds the splits.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default)]
 pub struct SplitConfig {
+    /// The official split, a re-split of the test split, or whichever the directory has.
+    pub mode: SplitMode,
     /// Fraction of each class of `test.csv` put in the holdout set when `train.csv` is absent.
     pub holdout_fraction: f64,
     /// Seed of the re-split and of the row limits.
@@ -43,7 +69,14 @@ pub struct SplitConfig {
 
 impl Default for SplitConfig {
     fn default() -> Self {
-        Self { holdout_fraction: 0.2, seed: 42, verify_md5: true, max_train: None, max_holdout: None }
+        Self {
+            mode: SplitMode::Auto,
+            holdout_fraction: 0.2,
+            seed: 42,
+            verify_md5: true,
+            max_train: None,
+            max_holdout: None,
+        }
     }
 }
 
@@ -147,11 +180,13 @@ pub fn load_splits(dir: &Path, holdout_fraction: f64, seed: u64, verify_md5: boo
 
 /// Loads train/holdout splits from `dir`.
 ///
-/// - With `dir/train.csv`: the full dataset as published, `train.csv` for training and
-///   `test.csv` as holdout ("AG News full dataset (120,000 train / 7,600 test)").
-/// - With only `dir/test.csv`: a [`stratified_split`] of it ("AG News test split, 80/20
+/// - [`SplitMode::Official`]: the full dataset as published, `train.csv` for training and
+///   `test.csv` as holdout ("AG News full dataset (120,000 train / 7,600 test)");
+///   [`DataError::NoOfficialSplit`] without `train.csv`.
+/// - [`SplitMode::Resplit`]: a [`stratified_split`] of `test.csv` ("AG News test split, 80/20
 ///   re-split (seed 42)").
-/// - Otherwise [`DataError::NoData`].
+/// - [`SplitMode::Auto`]: official with `dir/train.csv`, else the re-split.
+/// - [`DataError::NoData`] when `test.csv` is missing too.
 ///
 /// With `verify_md5`, the files used are first checked against the published MD5s. The row
 /// limits, if any, are applied last with [`stratified_subset`] and noted in the description.
@@ -160,7 +195,17 @@ pub fn load_splits_with(dir: &Path, config: &SplitConfig) -> Result<Splits, Data
     let test_path = dir.join(TEST_FILE);
     let fraction = sanitize_fraction(config.holdout_fraction);
 
-    let (mut train, mut holdout, mut description) = if train_path.is_file() {
+    let official = match config.mode.resolve(dir) {
+        SplitMode::Official if !train_path.is_file() => {
+            return Err(if test_path.is_file() {
+                DataError::NoOfficialSplit { dir: dir.to_path_buf() }
+            } else {
+                DataError::NoData { dir: dir.to_path_buf() }
+            })
+        }
+        mode => mode == SplitMode::Official,
+    };
+    let (mut train, mut holdout, mut description) = if official {
         if config.verify_md5 {
             verify_md5(&train_path, TRAIN_MD5)?;
             verify_md5(&test_path, TEST_MD5)?;
@@ -348,6 +393,7 @@ mod tests {
         assert!(msg.contains("test.csv") && msg.contains(TEST_MD5), "{msg}");
 
         let cfg = SplitConfig {
+            mode: SplitMode::Auto,
             holdout_fraction: 0.25,
             seed: 1,
             verify_md5: false,
@@ -370,6 +416,24 @@ mod tests {
         assert_eq!(s.description, "AG News full dataset (24 train / 8 test)");
         let msg = load_splits(dir.path(), 0.2, 42, true).unwrap_err().to_string();
         assert!(msg.contains("train.csv") && msg.contains(TRAIN_MD5), "{msg}");
+    }
+
+    #[test]
+    fn the_split_mode_decides_and_official_never_falls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        write_csv(&dir.path().join(TEST_FILE), &synthetic([10, 10, 10, 10]));
+        let with = |mode| load_splits_with(dir.path(), &SplitConfig { mode, verify_md5: false, ..Default::default() });
+        let msg = with(SplitMode::Official).unwrap_err().to_string();
+        assert!(msg.contains("no train.csv") && msg.contains("split = \"resplit\""), "{msg}");
+        assert_eq!(with(SplitMode::Auto).unwrap(), with(SplitMode::Resplit).unwrap());
+
+        write_csv(&dir.path().join(TRAIN_FILE), &synthetic([6, 6, 6, 6]));
+        assert_eq!(with(SplitMode::Official).unwrap().train.len(), 24);
+        assert_eq!(with(SplitMode::Auto).unwrap(), with(SplitMode::Official).unwrap());
+        // A re-split ignores train.csv: 80 % of test.csv's 40 rows.
+        let resplit = with(SplitMode::Resplit).unwrap();
+        assert_eq!((resplit.train.len(), resplit.holdout.len()), (32, 8));
+        assert!(resplit.description.contains("re-split"), "{}", resplit.description);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::DataError;
 use crate::text::tokenize;
 
-/// How a [`Vocab`] is built.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+/// `[data] vocab`: how the vocabulary is built from the training texts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct VocabConfig {
     /// Maximum number of entries, counting `<pad>` and `<unk>`.

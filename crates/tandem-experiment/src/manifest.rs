@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tandem_data::VocabConfig;
+use tandem_data::{SplitMode, VocabConfig};
 use tandem_models::ModelConfig;
 use tandem_parallel::{DataParallelConfig, ModelParallelConfig};
 use tandem_sync::PredictiveSyncConfig;
@@ -15,6 +15,7 @@ use tandem_train::TrainConfig;
 use crate::backend::BackendKind;
 
 mod checks;
+pub mod reference;
 mod spans;
 
 use checks::Problem;
@@ -29,11 +30,12 @@ pub struct ManifestError {
 }
 
 /// `[experiment]`: what to call the results, which seeds, where to run.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentSection {
     /// Names the results folder `results/<name>/`.
     pub name: String,
+    /// One line saying what the experiment compares, quoted in reports.
     #[serde(default)]
     pub description: String,
     /// One run per model per seed (parameter init, shuffling, dropout).
@@ -59,29 +61,37 @@ fn default_devices() -> Vec<String> {
 /// `[cluster]`: a job of several processes ("ranks", on one machine or several), launched by
 /// `mpirun -np N tandem run …` or a batch scheduler. Each rank runs the manifest's devices and
 /// replicas; the job's size comes from the launcher.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSection {
     /// The job must have exactly this many ranks (unset: any number, 1 included).
+    #[schemars(range(min = 1))]
     pub ranks: Option<usize>,
 }
 
 /// `[data]`: where AG News is and how it is split, tokenized and truncated.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct DataSection {
     /// Directory with `test.csv` (and `train.csv` for the full dataset). Relative paths are
     /// relative to the manifest's directory. Default: `$TANDEM_DATA_DIR`, else `datasets/ag_news`.
     pub dir: Option<PathBuf>,
-    /// Holdout share when only the test split is present (stratified re-split).
+    /// Which train/holdout split to train and evaluate on.
+    pub split: SplitMode,
+    /// Holdout share of the re-split.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub holdout_fraction: f64,
     /// Seed of the train/holdout re-split (kept fixed across training seeds).
     pub split_seed: u64,
     /// Tokens per sample: longer texts are truncated, shorter padded.
+    #[schemars(range(min = 1))]
     pub max_len: usize,
     pub vocab: VocabConfig,
-    /// Use at most this many training / holdout rows (stratified), e.g. for smoke tests.
+    /// Use at most this many training rows (a stratified, seeded subset), e.g. for smoke tests.
+    #[schemars(range(min = 1))]
     pub max_train_rows: Option<usize>,
+    /// Use at most this many holdout rows (a stratified, seeded subset).
+    #[schemars(range(min = 1))]
     pub max_holdout_rows: Option<usize>,
     /// Check the published md5 of the full dataset's files.
     pub verify_md5: bool,
@@ -91,6 +101,7 @@ impl Default for DataSection {
     fn default() -> Self {
         Self {
             dir: None,
+            split: SplitMode::Auto,
             holdout_fraction: 0.2,
             split_seed: 42,
             max_len: 64,
@@ -103,7 +114,7 @@ impl Default for DataSection {
 }
 
 /// `[strategy]` (or one `[[strategies]]` entry): how training is spread over devices.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum StrategyConfig {
     /// One model on one device.
@@ -123,7 +134,7 @@ impl Default for StrategyConfig {
 }
 
 /// `kind = "sequential"`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SequentialConfig {
     /// Compute threads, overriding `[train] threads` (e.g. the baseline on all cores).
@@ -240,21 +251,34 @@ impl Manifest {
 
     /// Reads and validates a manifest file, and checks what `tandem validate` also checks
     /// outside it: a data directory the manifest names exists (`tandem run` would instead fetch
-    /// the dataset into it).
+    /// the dataset into it), and holds `train.csv` where `split = "official"` asks for it.
     pub fn load_and_check_paths(path: &Path) -> Result<Self, ManifestError> {
         let text = read(path)?;
         let manifest = Self::parse(&text, path)?;
-        if manifest.data.dir.is_some() && !manifest.data_dir().is_dir() {
-            let dir = manifest.data_dir();
-            let dir = std::path::absolute(&dir).unwrap_or(dir);
-            let problem = Problem::new(
+        let dir = manifest.data_dir();
+        let shown = std::path::absolute(&dir).unwrap_or(dir.clone()).display().to_string();
+        let problem = if manifest.data.dir.is_some() && !dir.is_dir() {
+            Some(Problem::new(
                 "data.dir",
                 format!(
-                    "the directory {} does not exist (`tandem data fetch --dir {}` downloads AG News there)",
-                    dir.display(),
-                    dir.display()
+                    "the directory {shown} does not exist (`tandem data fetch --dir {shown}` downloads AG News there)"
                 ),
-            );
+            ))
+        } else if manifest.data.split == SplitMode::Official
+            && dir.join(tandem_data::TEST_FILE).is_file()
+            && !dir.join(tandem_data::TRAIN_FILE).is_file()
+        {
+            Some(Problem::new(
+                "data.split",
+                format!(
+                    "`official` needs the full dataset, and {shown} has no train.csv (only the test split); \
+                     `tandem data fetch --dir {shown}` gets it, `split = \"resplit\"` carves a split from test.csv"
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
             let spans = Spans::parse(&text).map_err(|message| ManifestError { path: path.into(), message })?;
             return Err(located(&spans, problem, path));
         }

@@ -325,6 +325,29 @@ fn a_data_directory_the_manifest_names_must_exist() {
 }
 
 #[test]
+fn the_official_split_without_train_csv_is_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("ag_news");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("test.csv"), "\"1\",\"t\",\"d\"\n").unwrap();
+    let path = dir.path().join("m.toml");
+    let text = format!("{MINIMAL}\n[data]\ndir = \"ag_news\"\nsplit = \"official\"\n");
+    std::fs::write(&path, &text).unwrap();
+    let e = Manifest::load_and_check_paths(&path).unwrap_err().to_string();
+    let line = format!("line {}", line_of(&text, "split = "));
+    assert!(e.contains("m.toml") && e.contains("data.split") && e.contains(&line), "{e}");
+    assert!(e.contains("no train.csv") && e.contains("tandem data fetch"), "{e}");
+
+    for split in ["resplit", "auto"] {
+        std::fs::write(&path, text.replace("\"official\"", &format!("\"{split}\""))).unwrap();
+        Manifest::load_and_check_paths(&path).unwrap();
+    }
+    std::fs::write(&path, text.replace("\"official\"", "\"full\"")).unwrap();
+    let e = Manifest::load(&path).unwrap_err().to_string();
+    assert!(e.contains("official") && e.contains("resplit"), "{e}");
+}
+
+#[test]
 fn models_too_large_to_train_are_refused_with_the_estimate() {
     // Reported at the entry's `[[models]]` header, the line above its name.
     let cases = [

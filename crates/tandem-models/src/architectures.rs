@@ -47,7 +47,7 @@ impl Architecture {
 }
 
 /// A model's hyper-parameters; the data fixes vocabulary size, sequence length and classes.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "architecture", rename_all = "kebab-case")]
 pub enum ModelConfig {
     Cnn(CnnConfig),

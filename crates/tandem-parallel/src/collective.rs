@@ -13,7 +13,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use serde::{Deserialize, Serialize};
 
 /// burn-collective's local all-reduce algorithms.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AllReduceKind {
     /// Reduce-scatter then all-gather around a ring of peers.

@@ -18,10 +18,11 @@ use crate::shard::shard_ranges;
 use crate::supervisor::{thread_pools, Failure, Reporter, Stopped, Supervisor};
 
 /// `[strategy] kind = "data-parallel"`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct DataParallelConfig {
     /// Number of replicas: one device and one thread each (on a CPU, `[train] threads` cores each).
+    #[schemars(range(min = 1))]
     pub replicas: usize,
     /// burn-collective's all-reduce algorithm.
     pub all_reduce: AllReduceKind,

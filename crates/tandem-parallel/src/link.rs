@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 /// A named interconnect, with approximate per-direction figures.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 pub enum Preset {
     /// No simulated cost: messages arrive as soon as they are sent (the default).
     #[serde(rename = "none")]
@@ -30,7 +30,7 @@ pub enum Preset {
 }
 
 /// `interconnect = "1gbe"` (a [`Preset`]) or `interconnect = { latency_us = 50, bandwidth_gb_s = 0.125 }`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(
     untagged,
     deny_unknown_fields,

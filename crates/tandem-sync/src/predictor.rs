@@ -15,41 +15,54 @@ use burn::tensor::{ElementConversion, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// `[strategy.predictor]`: which forecast predicted steps apply.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum PredictorConfig {
     /// No change: predicted steps only skip their batches (the control every predictor must beat).
     Static,
     /// The last real update, times `damping`^h.
     Velocity {
+        /// Factor applied once per predicted step (1: the same update again and again).
         #[serde(default = "one")]
         damping: f64,
     },
     /// An exponential moving average of the real updates, weight `alpha` on the newest.
     Ema {
+        /// Weight of the newest real update in the average.
         #[serde(default = "ema_alpha")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         alpha: f64,
     },
     /// Damped Holt linear trend: level weight `alpha`, trend weight `beta`, damping `phi`.
     Holt {
+        /// Weight of the newest real update in the level.
         #[serde(default = "holt_alpha")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         alpha: f64,
+        /// Weight of the newest level change in the trend.
         #[serde(default = "holt_beta")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         beta: f64,
+        /// Damping of the trend per predicted step (1: a straight line).
         #[serde(default = "holt_phi")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         phi: f64,
     },
     /// A straight line fitted by least squares to the last `window` real updates, extrapolated.
     LeastSquares {
+        /// Real updates the line is fitted to.
         #[serde(default = "window")]
+        #[schemars(range(min = 2))]
         window: usize,
     },
     /// Local-linear-trend Kalman filter per element. `level_noise` and `trend_noise` are the
     /// process variances relative to the observation variance; the forecast variance is
     /// available to triggers.
     Kalman {
+        /// Process variance of the level, relative to the observation variance.
         #[serde(default = "level_noise")]
         level_noise: f64,
+        /// Process variance of the trend, relative to the observation variance.
         #[serde(default = "trend_noise")]
         trend_noise: f64,
     },

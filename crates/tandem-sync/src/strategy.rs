@@ -17,7 +17,7 @@ use crate::trigger::TriggerConfig;
 const MAX_REPLAY_BATCHES: usize = 1000;
 
 /// `[strategy] kind = "predictive-sync"`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct PredictiveSyncConfig {
     /// The model-parallel run underneath (stages, cuts, schedule, micro-batches, interconnect).

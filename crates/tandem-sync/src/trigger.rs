@@ -5,21 +5,29 @@
 
 use serde::{Deserialize, Serialize};
 
-/// `[strategy.trigger]`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// `[strategy.trigger]`: when a predictive-sync run really synchronises its stages.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum TriggerConfig {
     /// A sync step every `every` steps (1: every step, which is vanilla model parallelism).
-    Periodic { every: usize },
+    Periodic {
+        /// Steps from one sync step to the next.
+        #[schemars(range(min = 1))]
+        every: usize,
+    },
     /// The number of predicted steps between syncs (the horizon) doubles while the relative
     /// prediction error measured at a sync, ‖Δ̂ − Δ‖ / ‖Δ‖, stays under `low`, halves when it
     /// exceeds `high` or the loss rose, within [1, `max_horizon`].
     Adaptive {
+        /// Relative prediction error under which the horizon doubles.
         #[serde(default = "low")]
         low: f64,
+        /// Relative prediction error over which the horizon halves.
         #[serde(default = "high")]
         high: f64,
+        /// Most predicted steps between two syncs.
         #[serde(default = "max_horizon")]
+        #[schemars(range(min = 1))]
         max_horizon: usize,
     },
     /// Geometric monitoring: a stage raises an alert when its drift since the last sync,
@@ -27,15 +35,23 @@ pub enum TriggerConfig {
     /// exceeds the threshold: `threshold`, or, when absent, `auto_factor` × the mean norm of
     /// the real updates seen so far.
     SafeZone {
+        /// Drift (parameter-norm distance) that raises an alert (unset: from `auto_factor`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         threshold: Option<f64>,
+        /// Without `threshold`: alert when the drift exceeds this many mean real-update norms.
         #[serde(default = "auto_factor")]
         auto_factor: f64,
+        /// Most predicted steps between two syncs, alert or not.
         #[serde(default = "max_horizon")]
+        #[schemars(range(min = 1))]
         max_horizon: usize,
     },
     /// Sync steps make up `fraction` of all steps, spread evenly.
-    Budget { fraction: f64 },
+    Budget {
+        /// Share of steps that are sync steps.
+        #[schemars(range(min = 0.0, max = 1.0))]
+        fraction: f64,
+    },
 }
 
 fn low() -> f64 {

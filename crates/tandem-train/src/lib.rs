@@ -28,33 +28,46 @@ pub use tandem_results::metrics::{self, ClassMetrics, ClassificationMetrics, Con
 pub use tandem_results::{EpochRecord, StrategyFigures, StreamPoint};
 
 /// The `[train]` section of a manifest.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     /// Epochs; in stream mode, passes over the stream.
+    #[schemars(range(min = 1))]
     pub epochs: usize,
     /// Global batch size (split across replicas by data-parallel strategies).
+    #[schemars(range(min = 1))]
     pub batch_size: usize,
+    /// Batch size of holdout evaluation (no gradients: larger is faster, same results).
+    #[schemars(range(min = 1))]
     pub eval_batch_size: usize,
     pub optimizer: OptimizerKind,
+    /// Peak learning rate (after the warm-up); must be positive.
     pub learning_rate: f64,
+    /// Weight decay: decoupled for `adamw`, added to the gradient as L2 for `adam`.
+    #[schemars(range(min = 0.0))]
     pub weight_decay: f64,
+    /// Adam's decay rate of the first moment (the gradient's running mean).
     pub beta1: f64,
+    /// Adam's decay rate of the second moment (the squared gradient's running mean).
     pub beta2: f64,
+    /// Adam's term added to the second moment's square root, for numerical stability.
     pub epsilon: f64,
     pub lr_schedule: LrSchedule,
+    /// Optimizer steps of linear warm-up from 0 to `learning_rate` (0: none).
     pub warmup_steps: usize,
     /// Final learning rate of a decaying schedule, as a fraction of `learning_rate`.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub min_lr_fraction: f64,
     /// Clip the global L2 norm of the gradients to this value.
     pub grad_clip_norm: Option<f64>,
     /// Compute threads per device (on a CPU backend a device is this many cores).
+    #[schemars(range(min = 1))]
     pub threads: usize,
     /// How Adam / AdamW update the token-embedding table: every row (`dense`, exact Adam), or only
     /// the rows that received gradient in the step (`lazy`).
     pub embedding_update: EmbeddingUpdate,
     /// Stream mode: the training rows arrive in one fixed order, pass after pass, and the
-    /// holdout set is evaluated at fixed points of the stream (`None`: epochs).
+    /// holdout set is evaluated at fixed points of the stream (unset: epochs).
     pub stream: Option<StreamConfig>,
 }
 
@@ -62,9 +75,11 @@ pub struct TrainConfig {
 /// an order drawn once from the run's seed and replayed on every pass (`epochs` passes), so
 /// every strategy of a seed sees the same batches in the same order. The holdout set is
 /// evaluated every `eval_every` global batches of the stream and at the end of each pass.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamConfig {
+    /// Evaluate the holdout set every this many global batches of the stream.
+    #[schemars(range(min = 1))]
     pub eval_every: usize,
 }
 

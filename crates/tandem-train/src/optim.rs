@@ -17,7 +17,7 @@ use tandem_simd::Kernel;
 use crate::TrainConfig;
 
 /// Which optimizer to use.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum OptimizerKind {
     /// Adam with L2 weight decay added to the gradient.
@@ -34,7 +34,7 @@ pub enum OptimizerKind {
 /// SparseAdam) updates only the rows with a non-zero gradient: an untouched row keeps its value
 /// and moments, weight decay included, and the bias correction uses the global step count. It
 /// equals dense Adam on rows that are touched at every step, and differs elsewhere.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EmbeddingUpdate {
     Dense,
@@ -42,7 +42,7 @@ pub enum EmbeddingUpdate {
 }
 
 /// How the learning rate evolves after the linear warm-up.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LrSchedule {
     Constant,

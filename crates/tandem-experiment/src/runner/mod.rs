@@ -15,7 +15,7 @@ mod training;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tandem_data::{DataError, Encoded, SplitConfig, Splits, Vocab};
+use tandem_data::{DataError, Encoded, SplitConfig, SplitMode, Splits, Vocab};
 use tandem_parallel::{fingerprint, Ranks};
 
 use crate::backend::{compiled_backends, is_compiled, BackendKind};
@@ -95,14 +95,23 @@ pub struct PreparedData {
 /// Loads the splits and builds the vocabulary from the training split only.
 pub fn prepare_data(manifest: &Manifest) -> Result<PreparedData, RunError> {
     let d = &manifest.data;
+    let dir = manifest.data_dir();
     let split = SplitConfig {
+        mode: d.split,
         holdout_fraction: d.holdout_fraction,
         seed: d.split_seed,
         verify_md5: d.verify_md5,
         max_train: d.max_train_rows,
         max_holdout: d.max_holdout_rows,
     };
-    let Splits { train, holdout, description } = tandem_data::load_splits_with(&manifest.data_dir(), &split)?;
+    let Splits { train, holdout, description } = tandem_data::load_splits_with(&dir, &split)?;
+    if d.split == SplitMode::Auto {
+        let why = match d.split.resolve(&dir) {
+            SplitMode::Official => "train.csv is there",
+            _ => "no train.csv there",
+        };
+        eprintln!("data: {description} from {} (`split = \"auto\"`: {why})", dir.display());
+    }
     let vocab = Vocab::build(train.iter().map(|s| s.text()), &d.vocab);
     Ok(PreparedData {
         splits_description: description,

@@ -8,14 +8,23 @@ use super::shared::{dropouts, embedding, head, positive, InputSpec};
 use crate::blocks::{Block, ConvPoolBlock};
 
 /// Embedding → Conv1d of several widths → ReLU → max over time → dropout → linear.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct CnnConfig {
+    /// Width of the token embedding.
+    #[schemars(range(min = 1))]
     pub embedding_dim: usize,
     /// Filters per kernel width.
+    #[schemars(range(min = 1))]
     pub filters: usize,
+    /// Kernel widths in tokens (each at most `max_len`), one convolution each.
+    #[schemars(range(min = 1))]
     pub kernel_widths: Vec<usize>,
+    /// Dropout on the embedded tokens.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub embedding_dropout: f64,
+    /// Dropout before the output layer.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub dropout: f64,
     /// All widths as one im2col matmul and the embedding lookup as one operation (`true`), or
     /// Burn's `Conv1d` forward per width and Burn's lookup. Same parameters and results either

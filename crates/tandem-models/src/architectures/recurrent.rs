@@ -11,15 +11,25 @@ use super::shared::{dropouts, embedding, head, positive, InputSpec};
 use crate::blocks::{Block, RecurrentBlock, Rnn};
 
 /// Embedding → stacked LSTM / GRU layers → masked mean pooling → dropout → linear.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RecurrentConfig {
+    /// Width of the token embedding.
+    #[schemars(range(min = 1))]
     pub embedding_dim: usize,
+    /// Hidden state size per direction.
+    #[schemars(range(min = 1))]
     pub hidden: usize,
+    /// Stacked recurrent layers (each a block model parallelism can cut after).
+    #[schemars(range(min = 1))]
     pub layers: usize,
+    /// A second recurrence reads each sequence backwards; their states are concatenated.
     pub bidirectional: bool,
+    /// Dropout on the embedded tokens.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub embedding_dropout: f64,
     /// Dropout after each recurrent layer and before the output layer.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub dropout: f64,
     /// Tandem's fused recurrence, a few large matmuls per step, and its embedding lookup
     /// (`true`), or Burn's LSTM / GRU forward and lookup. Same parameters and results either

@@ -9,14 +9,26 @@ use super::shared::{dropouts, embedding, head, positive, InputSpec};
 use crate::blocks::{Block, EncoderBlock};
 
 /// Token + learned position embedding → encoder layers with a padding mask → masked mean → linear.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TransformerConfig {
+    /// Width of the embeddings and of every layer (a multiple of `heads`).
+    #[schemars(range(min = 1))]
     pub d_model: usize,
+    /// Attention heads per layer.
+    #[schemars(range(min = 1))]
     pub heads: usize,
+    /// Encoder layers (each a block model parallelism can cut after).
+    #[schemars(range(min = 1))]
     pub layers: usize,
+    /// Width of each layer's feed-forward part.
+    #[schemars(range(min = 1))]
     pub d_ff: usize,
+    /// Dropout on the embedded tokens and positions.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub embedding_dropout: f64,
+    /// Dropout inside each layer (attention and feed-forward) and before the output layer.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub dropout: f64,
     /// Pre-norm (`true`) or post-norm (`false`, the original Transformer) layers.
     pub norm_first: bool,

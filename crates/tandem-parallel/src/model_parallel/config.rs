@@ -6,7 +6,7 @@ use crate::link::Interconnect;
 use crate::schedule::{Layout, Schedule};
 
 /// How cut points are chosen when the manifest gives none.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Balance {
     /// Stages with parameter counts as even as possible.
@@ -16,21 +16,25 @@ pub enum Balance {
 }
 
 /// `[strategy] kind = "model-parallel"`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelParallelConfig {
     /// Number of devices: one thread each (on a CPU, `[train] threads` cores each).
+    #[schemars(range(min = 1))]
     pub stages: usize,
     /// Stages each device runs (interleaved schedules): the model is cut into
     /// `stages × virtual_stages` pieces, piece `s` on device `s % stages`.
     #[serde(skip_serializing_if = "is_one")]
+    #[schemars(range(min = 1), default = "one")]
     pub virtual_stages: usize,
     /// Explicit cut points (block indices, strictly increasing); overrides `balance`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuts: Option<Vec<usize>>,
     pub balance: Balance,
+    /// The pipeline schedule: when each stage runs which micro-batch's forward and backward.
     pub schedule: Schedule,
     /// Micro-batches per global batch (the naive schedule uses 1).
+    #[schemars(range(min = 1))]
     pub micro_batches: usize,
     /// Simulated interconnect on every stage boundary.
     pub interconnect: Interconnect,
@@ -41,6 +45,10 @@ pub struct ModelParallelConfig {
 
 fn is_one(n: &usize) -> bool {
     *n == 1
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for ModelParallelConfig {

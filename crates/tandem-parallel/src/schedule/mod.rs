@@ -215,6 +215,17 @@ impl<'de> Deserialize<'de> for Schedule {
     }
 }
 
+impl schemars::JsonSchema for Schedule {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Schedule".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = SCHEDULES.iter().map(|s| s.name()).collect();
+        schemars::json_schema!({ "type": "string", "enum": names })
+    }
+}
+
 /// The idle fraction of an ideal pipeline with equal stages: (K − 1) / (M + K − 1).
 pub fn theoretical_bubble(stages: usize, micro: usize) -> f64 {
     (stages.saturating_sub(1)) as f64 / (micro + stages).saturating_sub(1).max(1) as f64
