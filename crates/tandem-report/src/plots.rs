@@ -10,10 +10,10 @@ use crate::aggregate::{accuracy_curve, pareto_front, stage_breakdown, SettingTab
 /// One strategy's curve in a plot: its colour index, its name and its points.
 type Curve<'a> = (usize, &'a str, Vec<(f64, f64)>);
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type PlotResult<T> = Result<T, String>;
 
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 /// Distinguishable colours (Okabe–Ito), one per series.
 const COLORS: [RGBColor; 8] = [
     RGBColor(0, 114, 178),
@@ -35,7 +35,7 @@ fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
@@ -88,8 +88,14 @@ fn significant(v: f64) -> String {
     }
 }
 
+/// A generous estimate of the width in pixels of `text` in the sans-serif font at `size` pixels
+/// (the SVG viewer picks the font, so labels are given room for a wide one).
+pub(crate) fn text_width(text: &str, size: i32) -> i32 {
+    (text.chars().count() as f64 * size as f64 * 0.62).ceil() as i32
+}
+
 /// Draws into an SVG string of `size` pixels.
-fn svg(size: (u32, u32), draw: impl FnOnce(&Area) -> PlotResult<()>) -> PlotResult<String> {
+pub(crate) fn svg(size: (u32, u32), draw: impl FnOnce(&Area) -> PlotResult<()>) -> PlotResult<String> {
     let mut text = String::new();
     {
         let root = SVGBackend::with_string(&mut text, size).into_drawing_area();
