@@ -7,8 +7,10 @@
 
 pub mod aggregate;
 pub mod classes;
+pub mod curves;
 pub mod document;
 pub mod plots;
+pub mod style;
 pub mod sync;
 
 use std::path::{Path, PathBuf};
@@ -179,9 +181,11 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
     communication_table(doc, table);
     sync_table(doc, table);
     let context = format!("{} · {} · {} · {machine}", s.experiment, s.data, s.backend);
-    let figures: [(&str, &str, Plot); 4] = [
+    let figures: [(&str, &str, Plot); 6] = [
         ("speedup", "Speedup over sequential per architecture and strategy", plots::speedup),
-        ("accuracy-time", "Holdout accuracy against training time per strategy", plots::accuracy_over_time),
+        ("accuracy-time", "Holdout accuracy against training time per strategy", curves::accuracy_over_time),
+        ("train-loss", "Training loss at each evaluation point per strategy", curves::train_loss),
+        ("holdout-loss", "Holdout loss at each evaluation point per strategy", curves::holdout_loss),
         (
             "communication-accuracy",
             "Communication against accuracy, Pareto front marked",

@@ -283,7 +283,17 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     let names: Vec<String> =
         files.plots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     let (confusion, plots): (Vec<&String>, Vec<&String>) = names.iter().partition(|n| n.starts_with("confusion-"));
-    assert_eq!(plots, ["speedup.svg", "accuracy-time.svg", "communication-accuracy.svg", "stage-time.svg"]);
+    assert_eq!(
+        plots,
+        [
+            "speedup.svg",
+            "accuracy-time.svg",
+            "train-loss.svg",
+            "holdout-loss.svg",
+            "communication-accuracy.svg",
+            "stage-time.svg"
+        ]
+    );
     assert_eq!(confusion.len(), 6, "one heat map per model × strategy");
     let has = |texts: &[String], s: &str| texts.iter().any(|t| t.contains(s));
 
@@ -315,7 +325,13 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     assert!(md.contains("| cnn | data-parallel-2x-tree | 2 × cpu, 1 thread each | 2 |"));
     assert!(md.contains("![speedup](speedup.svg)\n\n*Speedup over sequential"));
     let html = std::fs::read_to_string(&files.html).unwrap();
-    assert_eq!(html.matches("<svg").count(), 4 + 6, "the HTML page inlines every plot");
+    assert_eq!(html.matches("<svg").count(), 6 + 6, "the HTML page inlines every plot");
+    for (plot, axis) in [("train-loss.svg", "training loss"), ("holdout-loss.svg", "holdout loss")] {
+        let texts = svg_texts(&out.join(plot));
+        for s in [axis, "epoch", "sequential", "model-parallel-2s-gpipe-4m", "cnn", "lstm"] {
+            assert!(has(&texts, s), "{plot} lacks {s}: {texts:?}");
+        }
+    }
     assert!(!html.contains("<?xml"));
 }
 
