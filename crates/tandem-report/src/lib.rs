@@ -9,6 +9,7 @@ pub mod aggregate;
 pub mod classes;
 pub mod curves;
 pub mod document;
+pub mod hyper;
 pub mod plots;
 pub mod style;
 pub mod sync;
@@ -177,6 +178,7 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
             })
             .collect(),
     });
+    hyper::section(doc, table);
     classes::section(doc, table, suffix).map_err(|message| ReportError::Plot { plot: "confusion".into(), message })?;
     communication_table(doc, table);
     sync_table(doc, table);

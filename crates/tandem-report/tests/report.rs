@@ -494,3 +494,27 @@ fn per_class_tables_name_the_classes_and_each_group_gets_a_confusion_heat_map() 
     let html = std::fs::read_to_string(&files.html).unwrap();
     assert!(html.contains("<div class=\"gallery\">"));
 }
+
+#[test]
+fn the_hyper_parameter_table_reads_each_runs_manifest_and_marks_what_differs() {
+    let root = tempfile::tempdir().unwrap();
+    let manifest = |lr: &str, hidden: u32| {
+        format!(
+            "[data]\ndir = \"/somewhere\"\nmax_len = 32\n\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nhidden = {hidden}\n\n[models.train]\nlearning_rate = {lr}\nbatch_size = 64\n"
+        )
+    };
+    for (seed, lr) in [(1, "0.003"), (2, "0.001")] {
+        let dir = write_run(root.path(), RunSpec::new("gru", "sequential", seed, 10.0, &[70]));
+        std::fs::write(dir.join("manifest.toml"), manifest(lr, 32)).unwrap();
+    }
+    let dir = write_run(root.path(), RunSpec::new("lstm", "sequential", 1, 10.0, &[70]));
+    std::fs::write(dir.join("manifest.toml"), manifest("0.003", 64).replace("\"gru\"", "\"lstm\"")).unwrap();
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
+    let md = std::fs::read_to_string(files.markdown).unwrap();
+    assert!(md.contains("| key | gru | lstm | differs |"), "{md}");
+    assert!(md.contains("| data.max\\_len | 32 | 32 |  |"), "{md}");
+    assert!(md.contains("| model.hidden | 32 | 64 | between models |"), "{md}");
+    assert!(md.contains("| train.learning\\_rate | 0.001 / 0.003 | 0.003 | between runs |"), "{md}");
+    assert!(md.contains("| train.batch\\_size | 64 | 64 |  |"), "{md}");
+    assert!(!md.contains("/somewhere"), "the data folder is a path, not a hyper-parameter");
+}
