@@ -104,23 +104,27 @@ pub fn section(doc: &mut Document, table: &SettingTable, suffix: &str) -> Result
 const SIDE: i32 = 70;
 /// Room for the row labels (class names) left of the grid.
 const LEFT: i32 = 90;
-const TOP: i32 = 84;
+const TOP: i32 = 92;
 
 /// The heat map of `counts` (`counts[truth][predicted]`, summed over `seeds` runs).
 pub fn heat_map(model: &str, strategy: &str, counts: &[Vec<u64>], seeds: usize) -> Result<String, String> {
     let k = counts.len() as i32;
     let names = class_names(counts.len());
-    let width = (LEFT + SIDE * k + 20).max(text_width(strategy, 12) + 20) as u32;
+    // One size for every heat map, so that they line up in a grid: long strategy names wrap.
+    let width = (LEFT + SIDE * k + 20) as u32;
     let height = (TOP + SIDE * k + 40) as u32;
+    let lines = wrap(strategy, width as i32 - 16, 12);
     let text = |size: i32, h: HPos, v: VPos| TextStyle::from((FONT, size).into_font()).pos(Pos::new(h, v));
-    // The grid centred under the titles, the row labels to its left.
-    let left = LEFT.max((width as i32 - SIDE * k + LEFT - 20) / 2);
+    let left = LEFT;
     svg((width, height), |root| {
         let centre = width as i32 / 2;
         root.draw(&Text::new(model.to_string(), (centre, 6), text(15, HPos::Center, VPos::Top))).map_err(err)?;
-        root.draw(&Text::new(strategy.to_string(), (centre, 26), text(12, HPos::Center, VPos::Top))).map_err(err)?;
+        for (i, line) in lines.iter().take(2).enumerate() {
+            let y = 25 + 15 * i as i32;
+            root.draw(&Text::new(line.clone(), (centre, y), text(12, HPos::Center, VPos::Top))).map_err(err)?;
+        }
         let grid_centre = left + SIDE * k / 2;
-        root.draw(&Text::new("predicted", (grid_centre, 48), text(12, HPos::Center, VPos::Top))).map_err(err)?;
+        root.draw(&Text::new("predicted", (grid_centre, 58), text(12, HPos::Center, VPos::Top))).map_err(err)?;
         for (i, row) in counts.iter().enumerate() {
             let total = row.iter().sum::<u64>().max(1) as f64;
             let y = TOP + SIDE * i as i32;
@@ -150,4 +154,18 @@ pub fn heat_map(model: &str, strategy: &str, counts: &[Vec<u64>], seeds: usize) 
             .map_err(err)?;
         Ok(())
     })
+}
+
+/// `text` in lines of at most `max_px` pixels at font `size`, broken after hyphens.
+fn wrap(text: &str, max_px: i32, size: i32) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for piece in text.split_inclusive('-') {
+        let last = lines.last_mut().expect("lines start with one");
+        if !last.is_empty() && text_width(&format!("{last}{piece}"), size) > max_px {
+            lines.push(piece.to_string());
+        } else {
+            last.push_str(piece);
+        }
+    }
+    lines
 }

@@ -99,7 +99,7 @@ impl Document {
                     out.push_str("</ul>\n");
                 }
                 Block::Table { header, rows } => {
-                    out.push_str("<table>\n<tr>");
+                    out.push_str("<div class=\"wide\"><table>\n<tr>");
                     header.iter().for_each(|h| out.push_str(&format!("<th>{}</th>", html_escape(h))));
                     out.push_str("</tr>\n");
                     let align = numeric_columns(header.len(), rows);
@@ -114,7 +114,7 @@ impl Document {
                         }
                         out.push_str("</tr>\n");
                     }
-                    out.push_str("</table>\n");
+                    out.push_str("</table></div>\n");
                 }
                 Block::Figure { caption, svg, .. } => {
                     out.push_str(&format!(
@@ -141,10 +141,11 @@ fn inline_svg(svg: &str) -> &str {
 }
 
 const STYLE: &str =
-    "body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
+    "body { font-family: sans-serif; max-width: 1300px; margin: 2em auto; padding: 0 1em; color: #222; }
+.wide { overflow-x: auto; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
-td.n { text-align: right; }
+td.n { text-align: right; white-space: nowrap; }
 figure { margin: 1.5em 0; } figure svg { max-width: 100%; height: auto; }
 .gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 0.5em; }
 .gallery svg { width: 100%; height: auto; }
