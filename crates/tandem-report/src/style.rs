@@ -163,3 +163,26 @@ pub fn legend_below<DB: DrawingBackend>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_two_of_thirty_series_share_colour_and_style() {
+        let styles: Vec<SeriesStyle> = (0..30).map(SeriesStyle::of).collect();
+        for (i, a) in styles.iter().enumerate() {
+            assert!(styles[i + 1..].iter().all(|b| a != b), "series {i} repeats");
+        }
+    }
+
+    #[test]
+    fn the_legend_takes_as_many_columns_as_its_longest_label_allows_and_a_row_per_line() {
+        let (columns, height) = legend_size(&["a", "b", "c"], 960);
+        assert_eq!((columns, height), (3, LEGEND_ROW as u32 + 16));
+        let long = "predictive-sync-velocity-damping0.9-periodic27-2s-gpipe-4m-1gbe";
+        let (columns, height) = legend_size(&[long; 11], 960);
+        assert_eq!(columns, 1, "a long label gets the width it needs");
+        assert_eq!(height, 11 * LEGEND_ROW as u32 + 16);
+    }
+}

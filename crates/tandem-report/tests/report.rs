@@ -518,3 +518,18 @@ fn the_hyper_parameter_table_reads_each_runs_manifest_and_marks_what_differs() {
     assert!(md.contains("| train.batch\\_size | 64 | 64 |  |"), "{md}");
     assert!(!md.contains("/somewhere"), "the data folder is a path, not a hyper-parameter");
 }
+
+#[test]
+fn a_time_axis_spanning_more_than_ten_times_is_logarithmic() {
+    let root = tempfile::tempdir().unwrap();
+    write_run(root.path(), RunSpec::new("cnn", "sequential", 1, 1.0, &[60, 70]));
+    write_run(root.path(), RunSpec::new("cnn", "data-parallel-2x-tree", 1, 50.0, &[60, 70]));
+    let out = root.path().join("r");
+    tandem_report::write_report(&[root.path().to_path_buf()], &out).unwrap();
+    let texts = svg_texts(&out.join("accuracy-time.svg"));
+    assert!(texts.iter().any(|t| t.trim() == "training time (s), log scale"), "{texts:?}");
+    // 1 s to 100 s: labels at round values of each decade.
+    for tick in ["1", "10", "100"] {
+        assert!(texts.iter().any(|t| t.trim() == tick), "no tick {tick}: {texts:?}");
+    }
+}
