@@ -7,7 +7,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{accuracy_curve, SettingTable};
 use crate::plots::{err, log_ticks, significant, svg, PlotResult, FONT};
-use crate::style::{legend_below, legend_size, SeriesStyle};
+use crate::style::{legend_below, legend_size, Sample, SeriesStyle};
 use tandem_results::{EpochRecord, Run};
 
 /// The x axis of a line plot.
@@ -90,7 +90,7 @@ fn figure(table: &SettingTable, title: &str, axis: Axis, y_desc: &str, curve: Cu
     let plots_height = 340 * rows + 40;
     svg((width, plots_height + legend_height), |root| {
         let (top, bottom) = root.split_vertically(plots_height);
-        legend_below(&bottom, &entries, false)?;
+        legend_below(&bottom, &entries, Sample::Line)?;
         for ((panel, model), curves) in
             crate::plots::panels(&top, title, models.len())?.iter().zip(&models).zip(&curves)
         {

@@ -6,7 +6,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{pareto_front, stage_breakdown, SettingTable, BASELINE};
-use crate::style::{legend_below, legend_size, SeriesStyle};
+use crate::style::{legend_below, legend_size, Sample, SeriesStyle};
 
 pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 pub(crate) type PlotResult<T> = Result<T, String>;
@@ -105,7 +105,7 @@ pub fn speedup(table: &SettingTable) -> PlotResult<Option<String>> {
     let (_, legend_height) = legend_size(&entries.iter().map(|e| e.1).collect::<Vec<_>>(), 960);
     svg((960, 480 + legend_height), |root| {
         let (root, below) = root.split_vertically(480);
-        legend_below(&below, &entries, true)?;
+        legend_below(&below, &entries, Sample::Bar)?;
         let root = &root;
         let mut chart = ChartBuilder::on(root)
             .caption(format!("Speedup over {BASELINE} (mean ± std over seeds)"), (FONT, 20))
@@ -175,7 +175,7 @@ pub fn communication_vs_accuracy(table: &SettingTable) -> PlotResult<Option<Stri
     let plots_height = 360 * rows + 40;
     svg((960, plots_height + legend_height), |root| {
         let (root, below) = root.split_vertically(plots_height);
-        legend_below(&below, &entries, false)?;
+        legend_below(&below, &entries, Sample::Marker)?;
         let root = &root;
         for (panel, model) in
             panels(root, "Communication against accuracy (mean over seeds; Pareto front dashed)", models.len())?
@@ -263,7 +263,7 @@ pub fn stage_time(table: &SettingTable) -> PlotResult<Option<String>> {
     let plots_height = 130 + 34 * n as u32;
     svg((width, plots_height + legend_height), |root| {
         let (root, below) = root.split_vertically(plots_height);
-        legend_below(&below, &entries, true)?;
+        legend_below(&below, &entries, Sample::Bar)?;
         let root = &root;
         let mut chart = ChartBuilder::on(root)
             .caption("Model-parallel stages: where the last epoch's time went (mean over seeds)", (FONT, 18))

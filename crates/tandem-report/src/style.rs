@@ -88,18 +88,17 @@ impl SeriesStyle {
         Ok(())
     }
 
-    /// The legend's sample of this style at `(x, y)` (its left end): a short line with a marker,
-    /// or a filled box for `bars`.
+    /// The legend's sample of this style at `(x, y)` (its left end), drawn as `kind`.
     fn sample<DB: DrawingBackend>(
         &self,
         area: &DrawingArea<DB, Shift>,
         x: i32,
         y: i32,
-        bars: bool,
+        kind: Sample,
     ) -> Result<(), String> {
         let stroke = self.color.stroke_width(2);
         let fill = self.color.filled();
-        if bars {
+        if kind == Sample::Bar {
             let corners = [(x, y - 6), (x + 22, y + 6)];
             area.draw(&Rectangle::new(corners, fill)).map_err(err)?;
             if self.variant >= 1 {
@@ -111,15 +110,17 @@ impl SeriesStyle {
             }
             return Ok(());
         }
-        match self.variant {
-            0 => area.draw(&PathElement::new(vec![(x, y), (x + 26, y)], stroke)).map_err(err)?,
-            1 => {
-                area.draw(&PathElement::new(vec![(x, y), (x + 9, y)], stroke)).map_err(err)?;
-                area.draw(&PathElement::new(vec![(x + 17, y), (x + 26, y)], stroke)).map_err(err)?
-            }
-            _ => {
-                for dot in (0..26).step_by(6) {
-                    area.draw(&PathElement::new(vec![(x + dot, y), (x + dot + 2, y)], stroke)).map_err(err)?;
+        if kind == Sample::Line {
+            match self.variant {
+                0 => area.draw(&PathElement::new(vec![(x, y), (x + 26, y)], stroke)).map_err(err)?,
+                1 => {
+                    area.draw(&PathElement::new(vec![(x, y), (x + 9, y)], stroke)).map_err(err)?;
+                    area.draw(&PathElement::new(vec![(x + 17, y), (x + 26, y)], stroke)).map_err(err)?
+                }
+                _ => {
+                    for dot in (0..26).step_by(6) {
+                        area.draw(&PathElement::new(vec![(x + dot, y), (x + dot + 2, y)], stroke)).map_err(err)?;
+                    }
                 }
             }
         }
@@ -130,6 +131,17 @@ impl SeriesStyle {
             _ => area.draw(&TriangleMarker::new(c, 5, fill)).map_err(err),
         }
     }
+}
+
+/// What a legend entry shows of its series' style.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sample {
+    /// A short line with the marker (line plots).
+    Line,
+    /// The marker alone (scatter plots).
+    Marker,
+    /// A filled box (bar charts).
+    Bar,
 }
 
 /// Legend font size and row height in pixels.
@@ -145,11 +157,11 @@ pub fn legend_size(labels: &[&str], width: u32) -> (usize, u32) {
 }
 
 /// Draws the legend of `entries` (style, label) in `area` (as tall as [`legend_size`] says), in
-/// columns filled row by row; `bars`: samples are filled boxes.
+/// columns filled row by row, each sample drawn as `kind`.
 pub fn legend_below<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     entries: &[(SeriesStyle, &str)],
-    bars: bool,
+    kind: Sample,
 ) -> Result<(), String> {
     let labels: Vec<&str> = entries.iter().map(|e| e.1).collect();
     let (columns, _) = legend_size(&labels, area.dim_in_pixel().0);
@@ -158,7 +170,7 @@ pub fn legend_below<DB: DrawingBackend>(
     for (k, (style, label)) in entries.iter().enumerate() {
         let x = 10 + (k % columns) as i32 * column_width;
         let y = 8 + (k / columns) as i32 * LEGEND_ROW + LEGEND_ROW / 2;
-        style.sample(area, x, y, bars)?;
+        style.sample(area, x, y, kind)?;
         area.draw(&Text::new(label.to_string(), (x + 34, y), font.clone())).map_err(err)?;
     }
     Ok(())
