@@ -96,7 +96,7 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
     )));
     if duplicates > 0 {
         doc.push(Block::Paragraph(format!(
-            "{duplicates} finished run folder{} ignored: the same experiment, model, strategy, seed, machine and resolved manifest as a folder that finished later (a rerun), which is counted instead.",
+            "{duplicates} finished run folder{} ignored: each holds the same run (experiment, model, strategy, seed, machine and resolved manifest) as another folder, and of such copies only the one that finished last is counted.",
             if duplicates == 1 { " was" } else { "s were" }
         )));
     }
