@@ -117,10 +117,33 @@ impl<'a> SettingTable<'a> {
     }
 }
 
-/// Groups the finished runs by setting, then by model × strategy.
+/// What makes two run folders the same run: experiment, model, strategy, seed, machine and the
+/// resolved manifest's text.
+type RunKey<'a> = (&'a str, &'a str, &'a str, u64, &'a str, Option<String>);
+
+/// The finished runs, each (experiment, model, strategy, seed, machine, resolved manifest) once:
+/// of several folders with the same key (a rerun into the same results folder), the one that
+/// finished last is kept, so `n` counts distinct seeds.
+pub fn distinct(runs: &[Run]) -> Vec<&Run> {
+    let mut newest: BTreeMap<RunKey, &Run> = BTreeMap::new();
+    for run in runs {
+        let Some(s) = run.finished() else { continue };
+        let key = (&*s.experiment, &*s.model, &*s.strategy, s.seed, &*s.machine, run.manifest_text());
+        let kept = newest.entry(key).or_insert(run);
+        let later = |r: &Run| (r.finished().map(|s| s.finished_at.clone()), r.dir.clone());
+        if later(run) > later(kept) {
+            *kept = run;
+        }
+    }
+    let mut kept: Vec<&Run> = newest.into_values().collect();
+    kept.sort_by(|a, b| a.dir.cmp(&b.dir));
+    kept
+}
+
+/// Groups the finished runs by setting, then by model × strategy, each run key once ([`distinct`]).
 pub fn summarize(runs: &[Run]) -> Vec<SettingTable<'_>> {
     let mut settings: BTreeMap<Setting, Vec<&Run>> = BTreeMap::new();
-    for run in runs {
+    for run in distinct(runs) {
         if let Some(setting) = Setting::of(run) {
             settings.entry(setting).or_default().push(run);
         }

@@ -17,6 +17,19 @@ pub enum Block {
         caption: String,
         svg: String,
     },
+    /// Small figures side by side (a grid in HTML, a list of links in Markdown).
+    Gallery {
+        caption: String,
+        figures: Vec<GalleryFigure>,
+    },
+}
+
+/// One figure of a [`Block::Gallery`]: its SVG file next to the report, title and SVG text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GalleryFigure {
+    pub file: String,
+    pub title: String,
+    pub svg: String,
 }
 
 /// A titled list of blocks.
@@ -59,6 +72,10 @@ impl Document {
                     let name = file.trim_end_matches(".svg");
                     out.push_str(&format!("![{}]({file})\n\n*{}*\n", md_escape(name), md_escape(caption)))
                 }
+                Block::Gallery { caption, figures } => {
+                    out.push_str(&format!("*{}*\n\n", md_escape(caption)));
+                    figures.iter().for_each(|f| out.push_str(&format!("- [{}]({})\n", md_escape(&f.title), f.file)));
+                }
             }
         }
         out
@@ -82,7 +99,7 @@ impl Document {
                     out.push_str("</ul>\n");
                 }
                 Block::Table { header, rows } => {
-                    out.push_str("<table>\n<tr>");
+                    out.push_str("<div class=\"wide\"><table>\n<tr>");
                     header.iter().for_each(|h| out.push_str(&format!("<th>{}</th>", html_escape(h))));
                     out.push_str("</tr>\n");
                     let align = numeric_columns(header.len(), rows);
@@ -97,14 +114,19 @@ impl Document {
                         }
                         out.push_str("</tr>\n");
                     }
-                    out.push_str("</table>\n");
+                    out.push_str("</table></div>\n");
                 }
                 Block::Figure { caption, svg, .. } => {
-                    let svg = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
                     out.push_str(&format!(
-                        "<figure>\n{svg}\n<figcaption>{}</figcaption>\n</figure>\n",
+                        "<figure>\n{}\n<figcaption>{}</figcaption>\n</figure>\n",
+                        inline_svg(svg),
                         html_escape(caption)
                     ));
+                }
+                Block::Gallery { caption, figures } => {
+                    out.push_str("<figure>\n<div class=\"gallery\">\n");
+                    figures.iter().for_each(|f| out.push_str(&format!("{}\n", inline_svg(&f.svg))));
+                    out.push_str(&format!("</div>\n<figcaption>{}</figcaption>\n</figure>\n", html_escape(caption)));
                 }
             }
         }
@@ -113,12 +135,20 @@ impl Document {
     }
 }
 
+/// The `<svg>` element of an SVG file's text (without the XML declaration).
+fn inline_svg(svg: &str) -> &str {
+    svg.find("<svg").map_or(svg, |i| &svg[i..])
+}
+
 const STYLE: &str =
-    "body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
+    "body { font-family: sans-serif; max-width: 1300px; margin: 2em auto; padding: 0 1em; color: #222; }
+.wide { overflow-x: auto; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
-td.n { text-align: right; }
+td.n { text-align: right; white-space: nowrap; }
 figure { margin: 1.5em 0; } figure svg { max-width: 100%; height: auto; }
+.gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 0.5em; }
+.gallery svg { width: 100%; height: auto; }
 figcaption { font-style: italic; color: #555; }
 ";
 

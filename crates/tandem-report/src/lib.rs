@@ -6,8 +6,12 @@
 //! finish are listed, never averaged.
 
 pub mod aggregate;
+pub mod classes;
+pub mod curves;
 pub mod document;
+pub mod hyper;
 pub mod plots;
+pub mod style;
 pub mod sync;
 
 use std::path::{Path, PathBuf};
@@ -54,8 +58,14 @@ pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, Repor
     std::fs::create_dir_all(out).map_err(|source| ReportError::Write { path: out.to_path_buf(), source })?;
     let mut plots = Vec::new();
     for block in &document.blocks {
-        if let Block::Figure { file, svg, .. } = block {
-            plots.push(write(file, svg)?);
+        match block {
+            Block::Figure { file, svg, .. } => plots.push(write(file, svg)?),
+            Block::Gallery { figures, .. } => {
+                for f in figures {
+                    plots.push(write(&f.file, &f.svg)?);
+                }
+            }
+            _ => {}
         }
     }
     let finished = runs.iter().filter(|r| r.finished().is_some()).count();
@@ -73,6 +83,7 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
     let mut doc = Document { title: "Tandem report".into(), blocks: Vec::new() };
     let tables = summarize(runs);
     let finished = runs.iter().filter(|r| r.finished().is_some()).count();
+    let duplicates = finished - aggregate::distinct(runs).len();
     let mut versions: Vec<&str> =
         runs.iter().filter_map(|r| r.summary.as_ref()).map(|s| s.tandem_version.as_str()).collect();
     versions.sort();
@@ -83,6 +94,12 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
         inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         if versions.is_empty() { "?".to_string() } else { versions.join(", ") }
     )));
+    if duplicates > 0 {
+        doc.push(Block::Paragraph(format!(
+            "{duplicates} finished run folder{} ignored: each holds the same run (experiment, model, strategy, seed, machine and resolved manifest) as another folder, and of such copies only the one that finished last is counted.",
+            if duplicates == 1 { " was" } else { "s were" }
+        )));
+    }
     for (k, table) in tables.iter().enumerate() {
         let suffix = if tables.len() > 1 { format!("-{}", k + 1) } else { String::new() };
         setting_section(&mut doc, k + 1, table, &suffix)?;
@@ -161,12 +178,16 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
             })
             .collect(),
     });
+    hyper::section(doc, table);
+    classes::section(doc, table, suffix).map_err(|message| ReportError::Plot { plot: "confusion".into(), message })?;
     communication_table(doc, table);
     sync_table(doc, table);
     let context = format!("{} · {} · {} · {machine}", s.experiment, s.data, s.backend);
-    let figures: [(&str, &str, Plot); 4] = [
+    let figures: [(&str, &str, Plot); 6] = [
         ("speedup", "Speedup over sequential per architecture and strategy", plots::speedup),
-        ("accuracy-time", "Holdout accuracy against training time per strategy", plots::accuracy_over_time),
+        ("accuracy-time", "Holdout accuracy against training time per strategy", curves::accuracy_over_time),
+        ("train-loss", "Training loss at each evaluation point per strategy", curves::train_loss),
+        ("holdout-loss", "Holdout loss at each evaluation point per strategy", curves::holdout_loss),
         (
             "communication-accuracy",
             "Communication against accuracy, Pareto front marked",

@@ -1,5 +1,6 @@
 //! The report of results folders written in format 1 (untyped strategy figures), read through
-//! the typed figures, is the report the code of that format wrote, byte for byte.
+//! the typed figures, gives the figures the code of that format wrote: every line of that
+//! report's tables and every one of its paragraphs is in the new report, which only adds sections.
 
 use std::path::PathBuf;
 
@@ -8,11 +9,15 @@ use std::path::PathBuf;
 const FIXTURE: &str = "../tandem-results/tests/fixtures/format-1";
 
 #[test]
-fn a_format_1_folder_gives_the_report_format_1_code_wrote() {
+fn a_format_1_folder_gives_the_figures_format_1_code_wrote() {
     let out = tempfile::tempdir().unwrap();
     let files = tandem_report::write_report(&[PathBuf::from(FIXTURE)], out.path()).unwrap();
     assert_eq!((files.finished, files.not_finished), (6, 0));
     let expected = std::fs::read_to_string("tests/fixtures/format-1-report.md").unwrap();
     let got = std::fs::read_to_string(&files.markdown).unwrap();
-    assert!(got == expected, "report.md differs from the expected one:\n{got}");
+    let lines: Vec<&str> = expected.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.iter().filter(|l| l.starts_with("| ")).count() >= 15, "the fixture's tables are read");
+    for line in lines {
+        assert!(got.lines().any(|g| g == line), "report.md lacks the line {line:?}:\n{got}");
+    }
 }

@@ -282,7 +282,19 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     let files = tandem_report::write_report(&[root.path().to_path_buf()], &out).unwrap();
     let names: Vec<String> =
         files.plots.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    assert_eq!(names, ["speedup.svg", "accuracy-time.svg", "communication-accuracy.svg", "stage-time.svg"]);
+    let (confusion, plots): (Vec<&String>, Vec<&String>) = names.iter().partition(|n| n.starts_with("confusion-"));
+    assert_eq!(
+        plots,
+        [
+            "speedup.svg",
+            "accuracy-time.svg",
+            "train-loss.svg",
+            "holdout-loss.svg",
+            "communication-accuracy.svg",
+            "stage-time.svg"
+        ]
+    );
+    assert_eq!(confusion.len(), 6, "one heat map per model × strategy");
     let has = |texts: &[String], s: &str| texts.iter().any(|t| t.contains(s));
 
     let speedup = svg_texts(&out.join("speedup.svg"));
@@ -313,7 +325,13 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     assert!(md.contains("| cnn | data-parallel-2x-tree | 2 × cpu, 1 thread each | 2 |"));
     assert!(md.contains("![speedup](speedup.svg)\n\n*Speedup over sequential"));
     let html = std::fs::read_to_string(&files.html).unwrap();
-    assert_eq!(html.matches("<svg").count(), 4, "the HTML page inlines every plot");
+    assert_eq!(html.matches("<svg").count(), 6 + 6, "the HTML page inlines every plot");
+    for (plot, axis) in [("train-loss.svg", "training loss"), ("holdout-loss.svg", "holdout loss")] {
+        let texts = svg_texts(&out.join(plot));
+        for s in [axis, "epoch", "sequential", "model-parallel-2s-gpipe-4m", "cnn", "lstm"] {
+            assert!(has(&texts, s), "{plot} lacks {s}: {texts:?}");
+        }
+    }
     assert!(!html.contains("<?xml"));
 }
 
@@ -390,4 +408,128 @@ fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_eq
     assert!(!holt.meets_target(), "10× less communication is short of 27×");
     assert!(md.contains("gru: met by predictive-sync-velocity-periodic27"), "{md}");
     assert!(md.contains("no static run at this sync count"));
+}
+
+#[test]
+fn identical_run_folders_are_counted_once_and_the_report_says_so() {
+    let root = tempfile::tempdir().unwrap();
+    let first = write_run(root.path(), RunSpec::new("cnn", "sequential", 1, 10.0, &[70]));
+    std::fs::write(first.join("manifest.toml"), "[experiment]\nname = \"exp\"\n").unwrap();
+    // A rerun into the same results folder: the same run, manifest and all, finished later.
+    let rerun = first.with_file_name(format!("{}-2", first.file_name().unwrap().to_string_lossy()));
+    std::fs::create_dir_all(&rerun).unwrap();
+    for file in ["manifest.toml", "epochs.jsonl"] {
+        std::fs::copy(first.join(file), rerun.join(file)).unwrap();
+    }
+    let mut s: RunSummary =
+        serde_json::from_str(&std::fs::read_to_string(first.join("summary.json")).unwrap()).unwrap();
+    s.finished_at = "2026-12-01T00:02:00Z".into();
+    s.train_seconds = 30.0;
+    write_json(&rerun.join("summary.json"), &s).unwrap();
+    // The same seed under another manifest is another run, not a duplicate.
+    let other = write_run(root.path(), RunSpec::new("cnn", "sequential", 2, 10.0, &[70]));
+    std::fs::write(other.join("manifest.toml"), "[experiment]\nname = \"exp\"\n# changed\n").unwrap();
+
+    let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
+    assert_eq!(runs.len(), 3);
+    let tables = summarize(&runs);
+    let group = tables[0].group("cnn", "sequential").unwrap();
+    assert_eq!(group.runs.len(), 2, "n is the number of distinct seeds");
+    assert_eq!(group.seeds().len(), 2);
+    let kept = group.runs.iter().find(|r| r.summary.as_ref().unwrap().seed == 1).unwrap();
+    assert_eq!(kept.dir, std::fs::canonicalize(&rerun).unwrap(), "the run that finished last is kept");
+
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
+    let md = std::fs::read_to_string(files.markdown).unwrap();
+    assert!(md.contains("| cnn | sequential | 2 × cpu, 1 thread each | 2 |"), "{md}");
+    assert!(md.contains("1 finished run folder was ignored"), "{md}");
+}
+
+#[test]
+fn two_identical_run_folders_give_n_1() {
+    let root = tempfile::tempdir().unwrap();
+    let first = write_run(root.path(), RunSpec::new("gru", "sequential", 7, 10.0, &[70]));
+    let copy = root.path().join("exp/copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    for file in ["manifest.toml", "epochs.jsonl", "summary.json"] {
+        std::fs::copy(first.join(file), copy.join(file)).unwrap();
+    }
+    let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(summarize(&runs)[0].groups[0].runs.len(), 1);
+}
+
+#[test]
+fn per_class_tables_name_the_classes_and_each_group_gets_a_confusion_heat_map() {
+    let root = tempfile::tempdir().unwrap();
+    let four = |correct: u64| {
+        let counts =
+            (0..4).map(|t| (0..4).map(|p| if t == p { correct } else { (50 - correct) / 3 }).collect()).collect();
+        ClassificationMetrics::from_confusion(ConfusionMatrix { counts })
+    };
+    for seed in [1, 2] {
+        let dir = write_run(root.path(), RunSpec::new("cnn", "sequential", seed, 10.0, &[70]));
+        let mut s: RunSummary =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+        s.final_metrics = Some(four(if seed == 1 { 41 } else { 44 }));
+        write_json(&dir.join("summary.json"), &s).unwrap();
+    }
+    let out = root.path().join("r");
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &out).unwrap();
+    let md = std::fs::read_to_string(&files.markdown).unwrap();
+    assert!(
+        md.contains(
+            "| strategy | n | World P / R / F1 | Sports P / R / F1 | Business P / R / F1 | Sci/Tech P / R / F1 |"
+        ),
+        "{md}"
+    );
+    // Recall per class: 41/50 and 44/50, mean 85 %.
+    assert!(md.contains("| sequential | 2 | 85.0 / 85.0 / 85.0 |"), "{md}");
+    assert!(md.contains("- [cnn · sequential](confusion-cnn-sequential.svg)"), "{md}");
+    let texts = svg_texts(&out.join("confusion-cnn-sequential.svg"));
+    // Summed over the two seeds: 85 of 100 on the diagonal, 85 % of each row.
+    for s in ["World", "Sci/Tech", "85%", "85", "summed over 2 seeds"] {
+        assert!(texts.iter().any(|t| t.contains(s)), "heat map lacks {s}: {texts:?}");
+    }
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    assert!(html.contains("<div class=\"gallery\">"));
+}
+
+#[test]
+fn the_hyper_parameter_table_reads_each_runs_manifest_and_marks_what_differs() {
+    let root = tempfile::tempdir().unwrap();
+    let manifest = |lr: &str, hidden: u32| {
+        format!(
+            "[data]\ndir = \"/somewhere\"\nmax_len = 32\n\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nhidden = {hidden}\n\n[models.train]\nlearning_rate = {lr}\nbatch_size = 64\n"
+        )
+    };
+    for (seed, lr) in [(1, "0.003"), (2, "0.001")] {
+        let dir = write_run(root.path(), RunSpec::new("gru", "sequential", seed, 10.0, &[70]));
+        std::fs::write(dir.join("manifest.toml"), manifest(lr, 32)).unwrap();
+    }
+    let dir = write_run(root.path(), RunSpec::new("lstm", "sequential", 1, 10.0, &[70]));
+    std::fs::write(dir.join("manifest.toml"), manifest("0.003", 64).replace("\"gru\"", "\"lstm\"")).unwrap();
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
+    let md = std::fs::read_to_string(files.markdown).unwrap();
+    assert!(md.contains("| key | gru | lstm | differs |"), "{md}");
+    assert!(md.contains("| data.max\\_len | 32 | 32 |  |"), "{md}");
+    assert!(md.contains("| model.hidden | 32 | 64 | between models |"), "{md}");
+    assert!(md.contains("| train.learning\\_rate | 0.001 / 0.003 | 0.003 | between runs |"), "{md}");
+    assert!(md.contains("| train.batch\\_size | 64 | 64 |  |"), "{md}");
+    assert!(!md.contains("/somewhere"), "the data folder is a path, not a hyper-parameter");
+}
+
+#[test]
+fn a_time_axis_spanning_more_than_ten_times_is_logarithmic() {
+    let root = tempfile::tempdir().unwrap();
+    write_run(root.path(), RunSpec::new("cnn", "sequential", 1, 1.0, &[60, 70]));
+    write_run(root.path(), RunSpec::new("cnn", "data-parallel-2x-tree", 1, 50.0, &[60, 70]));
+    let out = root.path().join("r");
+    tandem_report::write_report(&[root.path().to_path_buf()], &out).unwrap();
+    let texts = svg_texts(&out.join("accuracy-time.svg"));
+    assert!(texts.iter().any(|t| t.trim() == "training time (s), log scale"), "{texts:?}");
+    // 1 s to 100 s: labels at round values of each decade.
+    for tick in ["1", "10", "100"] {
+        assert!(texts.iter().any(|t| t.trim() == tick), "no tick {tick}: {texts:?}");
+    }
 }

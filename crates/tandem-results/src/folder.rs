@@ -66,6 +66,11 @@ impl Run {
         self.dir.file_name().map_or_else(|| self.dir.display().to_string(), |n| n.to_string_lossy().into_owned())
     }
 
+    /// The text of the run's resolved `manifest.toml` (`None` when it is missing or unreadable).
+    pub fn manifest_text(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("manifest.toml")).ok()
+    }
+
     /// The strategy's figures of the last record.
     pub fn last_figures(&self) -> Option<&StrategyFigures> {
         self.epochs.last().map(|e| &e.figures)
