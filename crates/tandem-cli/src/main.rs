@@ -5,15 +5,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use tandem_experiment::backend::is_compiled;
-use tandem_experiment::{run, BackendKind, Manifest, Ranks, RunOptions};
+use tandem_experiment::{run, BackendKind, Manifest, Override, Ranks, RunOptions};
+
+mod inference;
 
 #[derive(Parser)]
 #[command(
     name = "tandem",
     version,
-    about = "Train text classifiers under parallel-training strategies and compare them"
+    about = "Train text classifiers under parallel-training strategies and compare them",
+    after_help = "Start here:\n  tandem data fetch\n  tandem run experiments/quickstart.toml\n  tandem report results/quickstart --out report"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -22,26 +25,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every model × seed of an experiment manifest.
+    /// Run every model × strategy × seed of an experiment manifest.
+    #[command(
+        after_help = "Examples:\n  tandem run experiments/quickstart.toml\n  tandem run experiments/quickstart.toml --set train.epochs=1 --set models.cnn.train.learning_rate=0.002\n  tandem run experiments/quickstart.toml --backend wgpu --out /tmp/results"
+    )]
     Run {
+        /// The experiment manifest (TOML), e.g. experiments/quickstart.toml.
         manifest: PathBuf,
-        /// Backend to run on (overrides the manifest): flex, ndarray, wgpu, cuda.
+        /// Backend to run on (overrides the manifest): flex, ndarray, wgpu, cuda. E.g. `--backend ndarray`.
         #[arg(long)]
         backend: Option<BackendKind>,
         /// Devices to run on (overrides the manifest), e.g. `cuda:0,cuda:1`. Without it,
         /// `--backend` replaces manifest devices of another backend by its first device.
         #[arg(long, value_delimiter = ',')]
         devices: Option<Vec<String>>,
-        /// Results root; runs go to <out>/<experiment>/<run-id>/.
+        /// Results root; runs go to <out>/<experiment>/<run-id>/. E.g. `--out /tmp/results`.
         #[arg(long, default_value = "results")]
         out: PathBuf,
         /// Never download the dataset; fail if it is missing.
         #[arg(long)]
         offline: bool,
+        #[command(flatten)]
+        sets: Sets,
     },
     /// Write a Markdown + HTML report with SVG plots from results folders
     /// (results roots, experiment folders or single runs).
+    #[command(
+        after_help = "Example:\n  tandem report results/quickstart --out report   # then open report/report.html"
+    )]
     Report {
+        /// Results roots, experiment folders or run folders, e.g. results/quickstart.
         #[arg(required = true)]
         results: Vec<PathBuf>,
         /// Folder for report.md, report.html and the plots.
@@ -49,48 +62,131 @@ enum Command {
         out: PathBuf,
     },
     /// Check a manifest without running it.
-    Validate { manifest: PathBuf },
+    #[command(
+        after_help = "Examples:\n  tandem validate experiments/quickstart.toml\n  tandem validate experiments/quickstart.toml --set data.max_len=32"
+    )]
+    Validate {
+        /// The experiment manifest (TOML), e.g. experiments/quickstart.toml.
+        manifest: PathBuf,
+        #[command(flatten)]
+        sets: Sets,
+    },
+    /// Classify texts with a trained run: the class name and every class's probability.
+    #[command(
+        after_help = "Examples:\n  tandem predict results/quickstart/cnn-sequential-seed42 \"Stocks fell as oil prices rose\"\n  tandem predict results/quickstart/cnn-sequential-seed42 --file news.txt --json\n  tandem predict results/quickstart/cnn-sequential-seed42 --file datasets/ag_news/test.csv --backend ndarray"
+    )]
+    Predict {
+        /// A run folder written by `tandem run` (<out>/<experiment>/<run-id>), holding
+        /// manifest.toml, vocab.json and model.bin.
+        run: PathBuf,
+        /// Texts to classify, each one argument (quote it). E.g. "Stocks fell as oil prices rose".
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        texts: Vec<String>,
+        #[command(flatten)]
+        inference: Inference,
+        /// Texts from a file: an AG News CSV (class,title,description) or one text per line. E.g. `--file news.txt`.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Evaluate a trained run on labelled data: accuracy, per-class and macro P/R/F1, confusion matrix.
+    #[command(
+        after_help = "Examples:\n  tandem evaluate results/quickstart/cnn-sequential-seed42 --data datasets/ag_news\n  tandem evaluate results/quickstart/cnn-sequential-seed42 --data my-news.csv --json"
+    )]
+    Evaluate {
+        /// A run folder written by `tandem run` (<out>/<experiment>/<run-id>).
+        run: PathBuf,
+        /// An AG News data folder (its test.csv is used) or an AG News-format CSV file. E.g. `--data datasets/ag_news`.
+        #[arg(long)]
+        data: PathBuf,
+        #[command(flatten)]
+        inference: Inference,
+    },
     /// List the backends compiled into this build and the architectures.
+    #[command(after_help = "Example:\n  tandem list")]
     List,
     /// Get or check the AG News dataset.
+    #[command(after_help = "Examples:\n  tandem data fetch\n  tandem data check datasets/ag_news")]
     Data {
         #[command(subcommand)]
         command: DataCommand,
     },
     /// Describe the manifest format: every key, or its JSON Schema.
+    #[command(
+        after_help = "Examples:\n  tandem manifest reference > manifest-reference.md\n  tandem manifest schema > tandem-manifest.schema.json"
+    )]
     Manifest {
         #[command(subcommand)]
         command: ManifestCommand,
+    },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  tandem completions bash > ~/.local/share/bash-completion/completions/tandem\n  tandem completions zsh > ~/.zfunc/_tandem\n  tandem completions fish > ~/.config/fish/completions/tandem.fish"
+    )]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
     },
 }
 
 #[derive(Subcommand)]
 enum ManifestCommand {
     /// Print the key reference in Markdown: every key's type, default, allowed values, meaning.
-    ///
-    /// Example: `tandem manifest reference > manifest-reference.md`
+    #[command(after_help = "Example:\n  tandem manifest reference > manifest-reference.md")]
     Reference,
-    /// Print the manifest's JSON Schema (for editors' TOML completion and checks).
-    ///
-    /// Example: `tandem manifest schema > tandem-manifest.schema.json`, then point the editor's
-    /// TOML extension (e.g. Taplo / Even Better TOML) at it for `experiments/*.toml`.
+    /// Print the manifest's JSON Schema, for editors' TOML completion and checks (e.g. Taplo /
+    /// Even Better TOML, pointed at it for experiments/*.toml).
+    #[command(after_help = "Example:\n  tandem manifest schema > tandem-manifest.schema.json")]
     Schema,
+}
+
+/// `--set key.path=value`, shared by `run` and `validate`.
+#[derive(Args)]
+struct Sets {
+    /// Change a manifest setting without editing the file (repeatable; recorded in each run's
+    /// manifest.toml). Keys go through tables with dots; entries of [[models]] / [[strategies]]
+    /// by name or 0-based index. Values are TOML, else a string.
+    /// E.g. `--set train.epochs=1 --set models.cnn.train.learning_rate=0.002 --set models.0.hidden=32`.
+    #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+    overrides: Vec<Override>,
+}
+
+/// Options shared by `predict` and `evaluate`.
+#[derive(Args)]
+struct Inference {
+    /// Backend to compute on: flex, ndarray, wgpu, cuda (default: the run's if compiled, else flex). E.g. `--backend ndarray`.
+    #[arg(long)]
+    backend: Option<BackendKind>,
+    /// Texts per batch. E.g. `--batch-size 512`.
+    #[arg(long, default_value_t = 256)]
+    batch_size: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
 enum DataCommand {
     /// Download and unpack the canonical AG News archive, verifying each file's md5.
+    #[command(
+        after_help = "Examples:\n  tandem data fetch\n  TANDEM_DATA_DIR=/data/ag_news tandem data fetch\n  tandem data fetch --dir /data/ag_news"
+    )]
     Fetch {
-        /// Target directory (default: $TANDEM_DATA_DIR, else datasets/ag_news).
+        /// Target directory (default: $TANDEM_DATA_DIR, else datasets/ag_news). E.g. `--dir /data/ag_news`.
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Where to download the archive from (an http(s) URL or a local file path).
         #[arg(long, default_value = tandem_data::DEFAULT_ARCHIVE_URL)]
         url: String,
     },
     /// Validate a data directory: rows, classes, md5.
+    #[command(after_help = "Examples:\n  tandem data check\n  tandem data check datasets/ag_news")]
     Check {
-        #[arg(long)]
+        /// The directory to check (default: $TANDEM_DATA_DIR, else datasets/ag_news). E.g. `datasets/ag_news`.
+        #[arg(value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// The directory to check, as an option (same as DIR).
+        #[arg(long = "dir", value_name = "DIR", conflicts_with = "dir")]
+        dir_option: Option<PathBuf>,
     },
 }
 
@@ -109,8 +205,8 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> Result<(), String> {
     match command {
-        Command::Run { manifest, backend, devices, out, offline } => {
-            let manifest = Manifest::load(&manifest).map_err(|e| e.to_string())?;
+        Command::Run { manifest, backend, devices, out, offline, sets } => {
+            let manifest = Manifest::load_with(&manifest, &sets.overrides).map_err(|e| e.to_string())?;
             let options =
                 RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal(), ranks: join_mpi_job()? };
             // In a multi-process job every rank must call the same collectives: no second attempt.
@@ -125,14 +221,6 @@ fn dispatch(command: Command) -> Result<(), String> {
                 other => other,
             };
             match (outcome, options.job()) {
-                (Ok(summaries), job) if job.is_none_or(|r| r.rank() == 0) => {
-                    eprintln!(
-                        "{} runs finished; results in {}",
-                        summaries.len(),
-                        options.out.join(&manifest.experiment.name).display()
-                    );
-                    Ok(())
-                }
                 (Ok(_), _) => Ok(()),
                 // A failure on this rank alone would leave the others waiting: end the job.
                 (Err(e), Some(ranks)) if !e.is_on_every_rank() => ranks.abort(&e.to_string()),
@@ -160,8 +248,9 @@ fn dispatch(command: Command) -> Result<(), String> {
             );
             Ok(())
         }
-        Command::Validate { manifest: path } => {
-            let manifest = Manifest::load_and_check_paths(&path).map_err(|e| e.to_string())?;
+        Command::Validate { manifest: path, sets } => {
+            let manifest = Manifest::load_with(&path, &sets.overrides).map_err(|e| e.to_string())?;
+            manifest.check_paths().map_err(|e| e.to_string())?;
             let runs = manifest.models.len() * manifest.strategies.len() * manifest.experiment.seeds.len();
             println!(
                 "{}: valid — experiment `{}`, {} models × {} strategies ({}) × {} seeds = {runs} runs, backend {}",
@@ -208,8 +297,16 @@ fn dispatch(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Data { command: DataCommand::Fetch { dir, url } } => fetch(dir, &url),
-        Command::Data { command: DataCommand::Check { dir } } => {
-            let dir = tandem_data::resolve_data_dir(dir.as_deref());
+        Command::Predict { run, texts, inference, file } => {
+            inference::predict(&run, texts, file.as_deref(), &inference)
+        }
+        Command::Evaluate { run, data, inference } => inference::evaluate(&run, &data, &inference),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "tandem", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Data { command: DataCommand::Check { dir, dir_option } } => {
+            let dir = tandem_data::resolve_data_dir(dir.or(dir_option).as_deref());
             let report = tandem_data::check_dir(&dir).map_err(|e| e.to_string())?;
             println!("{report}");
             if report.all_ok() {

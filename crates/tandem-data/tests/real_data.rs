@@ -1,36 +1,21 @@
 //! Tests on the real AG News test split. They skip (with a message) when it is absent.
 //!
 //! The data directory is `$TANDEM_DATA_DIR` (relative paths are taken from the workspace root),
-//! or `<workspace>/../shared/datasets/ag_news`.
+//! or `<workspace>/datasets/ag_news`; without the data they say they are skipped, and fail when `CI` is set.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use tandem_data::{
     check_dir, load_splits, load_splits_with, md5_file, read_csv, Encoded, SplitConfig, Vocab, VocabConfig,
     NUM_CLASSES, TEST_FILE, TEST_MD5, TEST_ROWS,
 };
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+#[path = "../../tandem-testing/src/data_dir.rs"]
+mod data_dir;
 
-fn data_dir() -> PathBuf {
-    let root = workspace_root();
-    match std::env::var_os("TANDEM_DATA_DIR") {
-        Some(dir) if !dir.is_empty() => root.join(dir),
-        _ => root.join("../shared/datasets/ag_news"),
-    }
-}
-
-/// The data directory if it holds test.csv; prints why the test is skipped otherwise.
+/// The data directory if it holds test.csv; says that `test` is skipped otherwise (fails on CI).
 fn real_dir(test: &str) -> Option<PathBuf> {
-    let dir = data_dir();
-    if dir.join(TEST_FILE).is_file() {
-        Some(dir)
-    } else {
-        println!("skipping {test}: no {} (set TANDEM_DATA_DIR)", dir.join(TEST_FILE).display());
-        None
-    }
+    data_dir::ag_news_dir(test)
 }
 
 fn counts(samples: &[tandem_data::Sample]) -> [usize; NUM_CLASSES] {

@@ -3,13 +3,17 @@
 //! results folder per run.
 
 pub mod backend;
+pub mod inference;
 pub mod manifest;
 pub mod memory;
+pub mod overrides;
 pub mod results;
 pub mod runner;
 
 pub use backend::{BackendKind, DeviceSpec};
+pub use inference::{InferenceError, Prediction, TrainedRun};
 pub use manifest::{Manifest, ManifestError, ModelEntry, StrategyConfig};
+pub use overrides::Override;
 pub use results::RunSummary;
 pub use runner::{run, RunOptions};
 #[cfg(feature = "mpi")]

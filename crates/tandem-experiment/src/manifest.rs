@@ -253,8 +253,15 @@ impl Manifest {
     /// outside it: a data directory the manifest names exists (`tandem run` would instead fetch
     /// the dataset into it), and holds `train.csv` where `split = "official"` asks for it.
     pub fn load_and_check_paths(path: &Path) -> Result<Self, ManifestError> {
-        let text = read(path)?;
-        let manifest = Self::parse(&text, path)?;
+        let manifest = Self::load(path)?;
+        manifest.check_paths()?;
+        Ok(manifest)
+    }
+
+    /// The checks of [`Manifest::load_and_check_paths`] on a manifest already read; errors
+    /// give the line in the manifest file where the key is written there.
+    pub fn check_paths(&self) -> Result<(), ManifestError> {
+        let (manifest, path) = (self, self.source.as_path());
         let dir = manifest.data_dir();
         let shown = std::path::absolute(&dir).unwrap_or(dir.clone()).display().to_string();
         let problem = if manifest.data.dir.is_some() && !dir.is_dir() {
@@ -279,10 +286,11 @@ impl Manifest {
             None
         };
         if let Some(problem) = problem {
+            let text = read(path)?;
             let spans = Spans::parse(&text).map_err(|message| ManifestError { path: path.into(), message })?;
             return Err(located(&spans, problem, path));
         }
-        Ok(manifest)
+        Ok(())
     }
 
     /// Parses and validates manifest text; `path` is used in messages and for relative paths.

@@ -2,6 +2,9 @@
 //! four architectures at toy sizes with dropout off (so strategies can be compared exactly),
 //! and the settings and epoch under which they are compared.
 
+pub mod data_dir;
+pub use data_dir::ag_news_dir;
+
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
 use tandem_models::{Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};

@@ -1,11 +1,13 @@
 //! Runs a manifest: data preparation once, then one training run per model × strategy × seed.
 //!
+//! - [`console`]: the banner, run counter and progress bars a person sees;
 //! - [`context`]: what one run needs, whatever the backend;
 //! - [`job`]: the checks of a multi-process job (every rank runs the same thing);
 //! - [`devices`]: which devices a run computes on;
 //! - [`one_run`]: one run's folder, progress and summary;
 //! - [`training`]: the model and strategy on a concrete backend, trained.
 
+mod console;
 mod context;
 mod devices;
 mod job;
@@ -21,6 +23,7 @@ use tandem_parallel::{fingerprint, Ranks};
 use crate::backend::{compiled_backends, is_compiled, BackendKind};
 use crate::manifest::Manifest;
 use crate::results::{RunStatus, RunSummary};
+use console::Console;
 use devices::run_devices;
 use job::{check_job, check_job_size};
 use one_run::run_one;
@@ -143,11 +146,15 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
             data.train.tokens.iter().chain(&data.holdout.tokens).flat_map(|t| t.to_le_bytes()).collect();
         ranks.check_same("data (train and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
     }
+    let shows = ranks.is_none_or(|r| r.rank() == 0);
+    let mut console = Console::start(manifest, &data.splits_description, backend, &devices, &options.out, shows);
     let mut summaries = Vec::new();
     for model in &manifest.models {
         for strategy in &manifest.strategies {
             for &seed in &manifest.experiment.seeds {
+                console.begin_run(&console::run_name(model, strategy, seed));
                 summaries.push(run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?);
+                console.end_run();
             }
         }
     }
@@ -155,5 +162,6 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
     if failed > 0 {
         return Err(RunError::RunsFailed { failed, total: summaries.len() });
     }
+    console.finish();
     Ok(summaries)
 }

@@ -2,8 +2,7 @@
 
 use std::path::Path;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
+use super::console::{human_count, progress_bar, run_name};
 use super::context::RunContext;
 use super::training::dispatch;
 use super::{PreparedData, RunError, RunOptions};
@@ -22,7 +21,7 @@ pub(super) fn run_one(
     data: &PreparedData,
     options: &RunOptions,
 ) -> Result<RunSummary, RunError> {
-    let run_id = format!("{}-{}-seed{seed}", entry.name, strategy.label());
+    let run_id = run_name(entry, strategy, seed);
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RunError::Results { path, source }
@@ -141,28 +140,13 @@ pub(super) fn run_one(
         (Some(e), None) => eprintln!("{run_id}: FAILED after {} epochs: {e}", records.len()),
         (None, _) if !writes_results => {}
         (None, _) => eprintln!(
-            "{run_id}: accuracy {:.4}, macro F1 {:.4}, {:.1} s training, {:.0} samples/s → {}",
+            "{run_id}: accuracy {:.4}, macro F1 {:.4}, {:.1} s training, {} samples/s → {}",
             summary.final_metrics.as_ref().map_or(0.0, |m| m.accuracy),
             summary.final_metrics.as_ref().map_or(0.0, |m| m.macro_f1),
             summary.train_seconds,
-            summary.train_samples_per_second,
+            human_count(summary.train_samples_per_second),
             dir.display()
         ),
     }
     Ok(summary)
-}
-
-fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    // stderr target: drawn only when stderr is a terminal.
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    if let Ok(style) =
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} samples, {per_sec}, eta {eta} {msg}")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_prefix(label.to_string());
-    bar
 }

@@ -150,12 +150,13 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
             None => format!("epoch {:>2}", record.epoch),
         };
         let line = format!(
-            "  {point}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {:.0} samples/s",
+            "  {} {point}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {} samples/s",
+            ctx.dir.file_name().unwrap_or_default().to_string_lossy(),
             record.train_loss,
             record.holdout_loss,
             record.holdout.accuracy,
             record.holdout.macro_f1,
-            record.train_samples_per_second
+            super::console::human_count(record.train_samples_per_second)
         );
         if progress.is_hidden() {
             eprintln!("{line}")

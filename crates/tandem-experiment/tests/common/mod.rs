@@ -7,20 +7,10 @@ use tandem_experiment::results::RunStatus;
 use tandem_experiment::runner::RunError;
 use tandem_experiment::{run, BackendKind, Manifest, RunOptions, RunSummary};
 
-/// The AG News directory: `$TANDEM_DATA_DIR` (relative to the workspace root) or `../shared/…`;
-/// `None`, with a message that the test is skipped, when it has no `test.csv`.
+/// The AG News directory (see [`tandem_testing::ag_news_dir`]), naming the calling test.
+#[track_caller]
 pub fn data_dir() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = match std::env::var_os("TANDEM_DATA_DIR") {
-        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-        Some(d) => root.join(d),
-        None => root.join("../shared/datasets/ag_news"),
-    };
-    let found = dir.join("test.csv").exists().then_some(dir);
-    if found.is_none() {
-        eprintln!("skipped: AG News test.csv not found (set TANDEM_DATA_DIR)");
-    }
-    found
+    tandem_testing::ag_news_dir(&std::panic::Location::caller().to_string())
 }
 
 /// Two tiny models (GRU, Transformer) × sequential, data parallel (2 replicas) and model
