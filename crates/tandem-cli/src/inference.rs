@@ -7,10 +7,10 @@ use tandem_experiment::inference::{read_labelled, read_texts};
 use tandem_experiment::TrainedRun;
 use tandem_results::ClassificationMetrics;
 
-use crate::Inference;
+use crate::InferenceOptions;
 
 /// Classifies `texts` (or the texts of `file`) and prints one line per text.
-pub fn predict(run: &Path, texts: Vec<String>, file: Option<&Path>, options: &Inference) -> Result<(), String> {
+pub fn predict(run: &Path, texts: Vec<String>, file: Option<&Path>, options: &InferenceOptions) -> Result<(), String> {
     let trained = TrainedRun::open(run).map_err(|e| e.to_string())?;
     let texts = match file {
         Some(file) => read_texts(file).map_err(|e| e.to_string())?,
@@ -41,7 +41,7 @@ pub fn predict(run: &Path, texts: Vec<String>, file: Option<&Path>, options: &In
 }
 
 /// Evaluates the run on the labelled CSV `data` (or a data folder's test.csv) and prints the metrics.
-pub fn evaluate(run: &Path, data: &Path, options: &Inference) -> Result<(), String> {
+pub fn evaluate(run: &Path, data: &Path, options: &InferenceOptions) -> Result<(), String> {
     let trained = TrainedRun::open(run).map_err(|e| e.to_string())?;
     let samples = read_labelled(data).map_err(|e| e.to_string())?;
     let backend = options.backend.unwrap_or_else(|| trained.default_backend());

@@ -83,7 +83,7 @@ enum Command {
         #[arg(required_unless_present = "file", conflicts_with = "file")]
         texts: Vec<String>,
         #[command(flatten)]
-        inference: Inference,
+        inference: InferenceOptions,
         /// Texts from a file: an AG News CSV (class,title,description) or one text per line. E.g. `--file news.txt`.
         #[arg(long)]
         file: Option<PathBuf>,
@@ -99,7 +99,7 @@ enum Command {
         #[arg(long)]
         data: PathBuf,
         #[command(flatten)]
-        inference: Inference,
+        inference: InferenceOptions,
     },
     /// List the backends compiled into this build and the architectures.
     #[command(after_help = "Example:\n  tandem list")]
@@ -152,7 +152,7 @@ struct Sets {
 
 /// Options shared by `predict` and `evaluate`.
 #[derive(Args)]
-struct Inference {
+struct InferenceOptions {
     /// Backend to compute on: flex, ndarray, wgpu, cuda (default: the run's if compiled, else flex). E.g. `--backend ndarray`.
     #[arg(long)]
     backend: Option<BackendKind>,
