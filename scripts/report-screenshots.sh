@@ -22,9 +22,9 @@ shot() { # <file:// url> <png> <width,height>
     echo "$2"
 }
 [ -f "$report/report.html" ] || { echo "$report/report.html: no such file" >&2; exit 1; }
-# Full pages: the window is as tall as REPORT_HEIGHT (default 6000 px); the PNG shows that much.
+# Full pages: the window is as tall as REPORT_HEIGHT (default 16000 px); the PNG shows that much.
 for width in 1280 800; do
-    shot "file://$report/report.html" "$out/report-$width.png" "$width,${REPORT_HEIGHT:-6000}"
+    shot "file://$report/report.html" "$out/report-$width.png" "$width,${REPORT_HEIGHT:-16000}"
 done
 for plot in "$report"/*.svg; do
     [ -e "$plot" ] || continue

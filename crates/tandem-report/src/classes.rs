@@ -8,6 +8,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::aggregate::{Group, SettingTable};
 use crate::document::{Block, Document, GalleryFigure};
 use crate::plots::{err, svg, text_width, FONT};
+use tandem_results::{ClassMetrics, ConfusionMatrix};
 
 /// AG News's classes, in label order.
 pub const AG_NEWS_CLASSES: [&str; 4] = ["World", "Sports", "Business", "Sci/Tech"];
@@ -27,24 +28,21 @@ pub fn per_class_means(group: &Group) -> Vec<[f64; 3]> {
     let n = metrics.len() as f64;
     (0..classes)
         .map(|k| {
-            let sum =
-                |f: fn(&tandem_results::ClassMetrics) -> f64| metrics.iter().map(|m| f(&m.per_class[k])).sum::<f64>();
+            let sum = |f: fn(&ClassMetrics) -> f64| metrics.iter().map(|m| f(&m.per_class[k])).sum::<f64>();
             [sum(|c| c.precision) / n, sum(|c| c.recall) / n, sum(|c| c.f1) / n]
         })
         .collect()
 }
 
-/// The confusion counts of the group's final evaluations, summed over its runs
-/// (`counts[truth][predicted]`); `None` when a run has none or the sizes differ.
-pub fn summed_confusion(group: &Group) -> Option<Vec<Vec<u64>>> {
-    let mut total: Option<Vec<Vec<u64>>> = None;
+/// The confusion matrix of the group's final evaluations, summed over its runs; `None` when a
+/// run has none or the sizes differ.
+pub fn summed_confusion(group: &Group) -> Option<ConfusionMatrix> {
+    let mut total: Option<ConfusionMatrix> = None;
     for run in &group.runs {
-        let counts = &run.finished()?.final_metrics.as_ref()?.confusion.counts;
+        let matrix = &run.finished()?.final_metrics.as_ref()?.confusion;
         match &mut total {
-            None => total = Some(counts.clone()),
-            Some(t) if t.len() == counts.len() => {
-                t.iter_mut().zip(counts).for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(x, y)| *x += y))
-            }
+            None => total = Some(matrix.clone()),
+            Some(t) if t.classes() == matrix.classes() => t.merge(matrix),
             Some(_) => return None,
         }
     }
@@ -85,11 +83,11 @@ pub fn section(doc: &mut Document, table: &SettingTable, suffix: &str) -> Result
     }
     let mut figures = Vec::new();
     for g in &table.groups {
-        let Some(counts) = summed_confusion(g) else { continue };
+        let Some(confusion) = summed_confusion(g) else { continue };
         figures.push(GalleryFigure {
             file: format!("confusion-{}-{}{suffix}.svg", g.model, g.strategy),
             title: format!("{} · {}", g.model, g.strategy),
-            svg: heat_map(&g.model, &g.strategy, &counts, g.runs.len())?,
+            svg: heat_map(&g.model, &g.strategy, &confusion.counts, g.runs.len())?,
         });
     }
     if !figures.is_empty() {
