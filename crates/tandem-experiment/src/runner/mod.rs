@@ -4,12 +4,18 @@
 //! - [`job`]: the checks of a multi-process job (every rank runs the same thing);
 //! - [`devices`]: which devices a run computes on;
 //! - [`one_run`]: one run's folder, progress and summary;
+//! - [`checkpoints`]: the checkpoint file of a run;
+//! - [`resume`]: what an existing run folder means (skip, resume, refuse) and its lock;
+//! - [`signals`]: Ctrl-C and SIGTERM;
 //! - [`training`]: the model and strategy on a concrete backend, trained.
 
+mod checkpoints;
 mod context;
 mod devices;
 mod job;
 mod one_run;
+mod resume;
+mod signals;
 mod training;
 
 use std::path::PathBuf;
@@ -40,6 +46,9 @@ pub struct RunOptions {
     /// This process's place in a multi-process job (`mpirun`); `None` or one rank: a
     /// single-process run.
     pub ranks: Option<Arc<dyn Ranks>>,
+    /// Start every run over, replacing its folder (otherwise finished runs are skipped and
+    /// unfinished ones resumed).
+    pub fresh: bool,
 }
 
 impl RunOptions {
@@ -51,7 +60,7 @@ impl RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None }
+        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None, fresh: false }
     }
 }
 
@@ -67,6 +76,9 @@ pub enum RunError {
     Job(String),
     #[error("cannot write results to {path}: {source}")]
     Results { path: PathBuf, source: std::io::Error },
+    /// A signal stopped the run after its checkpoint was written.
+    #[error("interrupted by signal {signal}; run the same `tandem run` command again to resume")]
+    Interrupted { signal: i32 },
     #[error("{failed} of {total} runs failed (see their summary.json); the others finished")]
     RunsFailed { failed: usize, total: usize },
 }
@@ -75,6 +87,14 @@ impl RunError {
     /// Whether the error means "no dataset found" (the caller may offer `tandem data fetch`).
     pub fn is_missing_data(&self) -> bool {
         matches!(self, RunError::Data(DataError::NoData { .. }))
+    }
+
+    /// The exit status the process should end with: 128 + the signal for an interrupted run.
+    pub fn exit_status(&self) -> Option<u8> {
+        match self {
+            RunError::Interrupted { signal } => u8::try_from(128 + signal).ok(),
+            _ => None,
+        }
     }
 
     /// Whether every rank of a multi-process job failed with this same error (so they can all
@@ -134,11 +154,16 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
             data.train.tokens.iter().chain(&data.holdout.tokens).flat_map(|t| t.to_le_bytes()).collect();
         ranks.check_same("data (train and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
     }
+    let interrupt = signals::interrupt();
     let mut summaries = Vec::new();
     for model in &manifest.models {
         for strategy in &manifest.strategies {
             for &seed in &manifest.experiment.seeds {
-                summaries.push(run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?);
+                let summary = run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?;
+                if let Some(signal) = interrupt.signal() {
+                    return Err(RunError::Interrupted { signal });
+                }
+                summaries.extend(summary);
             }
         }
     }

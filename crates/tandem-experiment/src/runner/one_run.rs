@@ -1,10 +1,12 @@
-//! One run: its results folder, its progress bar, the training, and its summary.
+//! One run: its results folder, its progress bar, the training, and its summary. Returns
+//! `None` on a rank of a job that skipped a run rank 0 had finished.
 
 use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::context::RunContext;
+use super::resume::{self, Plan};
 use super::training::dispatch;
 use super::{PreparedData, RunError, RunOptions};
 use crate::backend::{BackendKind, DeviceSpec};
@@ -21,7 +23,7 @@ pub(super) fn run_one(
     devices: &[DeviceSpec],
     data: &PreparedData,
     options: &RunOptions,
-) -> Result<RunSummary, RunError> {
+) -> Result<Option<RunSummary>, RunError> {
     let run_id = format!("{}-{}-seed{seed}", entry.name, strategy.label());
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -29,31 +31,45 @@ pub(super) fn run_one(
     };
     let ranks = options.job();
     let writes_results = ranks.is_none_or(|r| r.rank() == 0);
-    let (dir, run_id) = match ranks {
-        None => {
-            results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?
-        }
-        // Rank 0 picks the folder name; the others log into the same folder (theirs, on
-        // machines that do not share rank 0's disk).
-        Some(ranks) => {
-            let picked = if writes_results {
-                results::create_run_dir(&options.out, &manifest.experiment.name, &run_id)
-                    .map_err(io_err(&options.out))?
-                    .1
-            } else {
-                String::new()
-            };
-            let run_id = ranks.broadcast_text(&picked).map_err(RunError::Config)?;
-            let dir = options.out.join(&manifest.experiment.name).join(&run_id);
-            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-            (dir, run_id)
-        }
-    };
+    let dir = options.out.join(&manifest.experiment.name).join(&run_id);
     let mut resolved = manifest.for_run(entry, strategy, seed);
     resolved.experiment.backend = backend;
     resolved.experiment.devices = devices.iter().map(ToString::to_string).collect();
+    let resolved_toml = resolved.to_toml();
+    let (_lock, plan) = match writes_results {
+        true => {
+            let (lock, plan) = resume::prepare(&dir, &resolved_toml, options.fresh)?;
+            (Some(lock), plan)
+        }
+        false => (None, Plan::Start),
+    };
+    // Every rank of a job skips what rank 0 skips; a job starts unfinished runs over (each
+    // rank holds part of the state, and only rank 0 writes).
+    let skip = match (ranks, &plan) {
+        (Some(ranks), _) => {
+            let decision = if matches!(plan, Plan::Skip(_)) { "skip" } else { "run" };
+            ranks.broadcast_text(if writes_results { decision } else { "" }).map_err(RunError::Config)? == "skip"
+        }
+        (None, plan) => matches!(plan, Plan::Skip(_)),
+    };
+    if skip {
+        eprintln!("{run_id}: skipped (finished before with the same manifest) → {}", dir.display());
+        return Ok(match plan {
+            Plan::Skip(summary) => Some(summary),
+            _ => None,
+        });
+    }
+    let checkpoint = match plan {
+        Plan::Resume(checkpoint) if ranks.is_none() => {
+            eprintln!("{run_id}: resuming after {} recorded epochs or evaluation points", checkpoint.records.len());
+            Some(checkpoint)
+        }
+        _ => None,
+    };
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     if writes_results {
-        results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
+        let path = dir.join("manifest.toml");
+        results::write_atomic(&path, resolved_toml.as_bytes()).map_err(io_err(&path))?;
         data.vocab.save(&dir.join("vocab.json"))?;
     }
 
@@ -61,19 +77,34 @@ pub(super) fn run_one(
     let total = (entry.train.epochs * data.train.len()) as u64;
     let progress = progress_bar(options.progress && writes_results, total, &run_id);
     let started_at = results::now_utc();
-    let ctx = RunContext { entry, strategy, seed, data, dir: &dir, progress, ranks, writes_results };
+    let ctx = RunContext {
+        entry,
+        strategy,
+        seed,
+        data,
+        dir: &dir,
+        progress,
+        ranks,
+        writes_results,
+        resume: checkpoint.as_ref(),
+        checkpoints: ranks.is_none(),
+    };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("tandem-compute-{i}"))
         .build()
         .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
     let outcome = pool.install(|| dispatch(backend, devices, &ctx));
-    let error = outcome.error;
-    let (records, parameters) = (outcome.records, outcome.parameters);
+    let error = outcome.error.clone();
+    let (records, parameters) = (outcome.records.clone(), outcome.parameters);
     ctx.progress.finish_and_clear();
     let mut summary = RunSummary {
         format_version: tandem_results::FORMAT_VERSION,
-        status: if error.is_some() { RunStatus::Failed } else { RunStatus::Finished },
+        status: match (&error, outcome.interrupted) {
+            (_, Some(_)) => RunStatus::Interrupted,
+            (Some(_), None) => RunStatus::Failed,
+            (None, None) => RunStatus::Finished,
+        },
         error,
         experiment: manifest.experiment.name.clone(),
         run_id: run_id.clone(),
@@ -112,6 +143,8 @@ pub(super) fn run_one(
         started_at,
         finished_at: results::now_utc(),
         figures: Default::default(),
+        manifest_hash: Some(resume::manifest_hash(&resolved_toml)),
+        reproducibility: outcome.reproducibility,
         cluster: None,
     };
     summary.set_epochs(&records);
@@ -124,9 +157,20 @@ pub(super) fn run_one(
     if !writes_results {
         let ranks = ranks.expect("only a rank other than 0 does not write results");
         let log = dir.join(format!("rank-{}.json", ranks.rank()));
-        results::write_json(&log, &RankLog::new(ranks.rank(), ranks.host(), &summary)).map_err(io_err(&dir))?;
+        results::write_json(&log, &RankLog::new(ranks.rank(), ranks.host(), &summary)).map_err(io_err(&log))?;
     } else {
-        results::write_json(&dir.join("summary.json"), &summary).map_err(io_err(&dir))?;
+        let path = dir.join("summary.json");
+        results::write_json(&path, &summary).map_err(io_err(&path))?;
+    }
+    if let Some(signal) = outcome.interrupted {
+        eprintln!(
+            "{run_id}: interrupted (signal {signal}) after {} recorded epochs or evaluation points; \
+             `tandem run {} --out {}` resumes it",
+            records.len(),
+            manifest.source.display(),
+            options.out.display()
+        );
+        return Ok(Some(summary));
     }
     match (&summary.error, ranks) {
         // The other ranks may be waiting for this one in a collective: end the job, now that
@@ -149,7 +193,7 @@ pub(super) fn run_one(
             dir.display()
         ),
     }
-    Ok(summary)
+    Ok(Some(summary))
 }
 
 fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBar {
