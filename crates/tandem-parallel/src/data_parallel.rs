@@ -284,6 +284,7 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
         let stop = AtomicBool::new(false);
         let train = &self.train;
         let supervisor = Supervisor {
+            kind: "replica",
             watchdog: Duration::from_secs_f64(self.config.timeout_seconds),
             stop: &stop,
             progress_from: 0,

@@ -184,6 +184,9 @@ pub trait Strategy<B: AutodiffBackend> {
     fn restore(&mut self, state: &StateParts) -> Result<(), String>;
 }
 
+/// Receives each epoch's record with the strategy that made it; an error stops the run.
+pub type OnEpoch<'a, B> = dyn FnMut(&EpochRecord, &dyn Strategy<B>) -> Result<(), String> + 'a;
+
 /// Where the epoch loop starts, and the seed of the backend's random numbers (dropout).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Start {
@@ -212,7 +215,7 @@ pub fn train<B: AutodiffBackend>(
     holdout: &Encoded,
     eval_device: &B::Device,
     on_batch: &(dyn Fn(usize) + Sync),
-    on_epoch: &mut dyn FnMut(&EpochRecord, &dyn Strategy<B>) -> Result<(), String>,
+    on_epoch: &mut OnEpoch<B>,
     start: Start,
 ) -> Result<Vec<EpochRecord>, TrainError> {
     let steps_per_epoch = config.steps_per_epoch(train.len());

@@ -55,7 +55,7 @@ pub(super) fn run_one(
     if skip {
         eprintln!("{run_id}: skipped (finished before with the same manifest) → {}", dir.display());
         return Ok(match plan {
-            Plan::Skip(summary) => Some(summary),
+            Plan::Skip(summary) => Some(*summary),
             _ => None,
         });
     }
@@ -89,31 +89,18 @@ pub(super) fn run_one(
         resume: checkpoint.as_ref(),
         checkpoints: ranks.is_none(),
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("tandem-compute-{i}"))
-        .build()
-        .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
-    let outcome = pool.install(|| dispatch(backend, devices, &ctx));
-    let error = outcome.error.clone();
-    let (records, parameters) = (outcome.records.clone(), outcome.parameters);
-    ctx.progress.finish_and_clear();
     let mut summary = RunSummary {
         format_version: tandem_results::FORMAT_VERSION,
-        status: match (&error, outcome.interrupted) {
-            (_, Some(_)) => RunStatus::Interrupted,
-            (Some(_), None) => RunStatus::Failed,
-            (None, None) => RunStatus::Finished,
-        },
-        error,
+        status: RunStatus::Failed,
+        error: None,
         experiment: manifest.experiment.name.clone(),
         run_id: run_id.clone(),
         model: entry.name.clone(),
         architecture: entry.config.architecture().name().into(),
         strategy: strategy.label(),
         backend: backend.name().into(),
-        devices: outcome.devices,
-        shared_devices: outcome.shared_devices,
+        devices: Vec::new(),
+        shared_devices: false,
         machine: results::machine_description(),
         threads_per_device: threads,
         seed,
@@ -128,7 +115,7 @@ pub(super) fn run_one(
         holdout_samples: data.holdout.len(),
         vocab_size: data.vocab.len(),
         max_len: manifest.data.max_len,
-        parameters,
+        parameters: 0,
         epochs_completed: 0,
         train_seconds: 0.0,
         eval_seconds: 0.0,
@@ -144,9 +131,43 @@ pub(super) fn run_one(
         finished_at: results::now_utc(),
         figures: Default::default(),
         manifest_hash: Some(resume::manifest_hash(&resolved_toml)),
-        reproducibility: outcome.reproducibility,
+        reproducibility: None,
         cluster: None,
     };
+    // A worker that never returns ends the process; its run's failure is written first.
+    if writes_results {
+        let (skeleton, path) = (summary.clone(), dir.join("summary.json"));
+        tandem_parallel::on_stuck_worker(Some(Box::new(move |message: &str| {
+            let mut failed = skeleton.clone();
+            failed.error = Some(message.to_string());
+            failed.set_epochs(&tandem_results::read_run(path.parent().expect("a run folder")).epochs);
+            failed.finished_at = results::now_utc();
+            if let Err(e) = results::write_json(&path, &failed) {
+                eprintln!("cannot write {}: {e}", path.display());
+            }
+            eprintln!("{}: FAILED: {message}", failed.run_id);
+        })));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tandem-compute-{i}"))
+        .build()
+        .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
+    let outcome = pool.install(|| dispatch(backend, devices, &ctx));
+    let error = outcome.error.clone();
+    let (records, parameters) = (outcome.records.clone(), outcome.parameters);
+    ctx.progress.finish_and_clear();
+    tandem_parallel::on_stuck_worker(None);
+    summary.status = match (&error, outcome.interrupted) {
+        (_, Some(_)) => RunStatus::Interrupted,
+        (Some(_), None) => RunStatus::Failed,
+        (None, None) => RunStatus::Finished,
+    };
+    summary.error = error;
+    (summary.devices, summary.shared_devices) = (outcome.devices, outcome.shared_devices);
+    summary.parameters = parameters;
+    summary.reproducibility = outcome.reproducibility;
+    summary.finished_at = results::now_utc();
     summary.set_epochs(&records);
     if let Some(ranks) = ranks {
         summary.cluster = Some(match strategy.stages() {

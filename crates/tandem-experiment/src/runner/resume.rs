@@ -19,7 +19,7 @@ const LOCK: &str = "run.lock";
 /// What to do with a run.
 pub(super) enum Plan {
     /// Finished before with the same manifest: nothing to do.
-    Skip(RunSummary),
+    Skip(Box<RunSummary>),
     /// Train from the start.
     Start,
     /// Continue after the checkpoint's records.
@@ -86,7 +86,7 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(R
     }
     let run = read_run(dir);
     if let (RunState::Finished, Some(summary)) = (&run.state, run.summary) {
-        return Ok((lock, Plan::Skip(summary)));
+        return Ok((lock, Plan::Skip(Box::new(summary))));
     }
     let checkpoint = dir.join(CHECKPOINT);
     if !checkpoint.is_file() {

@@ -236,6 +236,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         }
         let shared = Shared { plan, train, config, placement, norms: &norms, votes: &votes, stop: &stop };
         let supervisor = Supervisor {
+            kind: "stage",
             // In a multi-process job, a quarter more: a stage's wait on another rank, which may
             // start a step's computation later, fails first and names the rank.
             watchdog: if placement.ranks > 1 { timeout.mul_f64(1.25) } else { timeout },
