@@ -47,6 +47,10 @@ enum Command {
         offline: bool,
         #[command(flatten)]
         sets: Sets,
+        /// Start every run over, replacing its folder (by default finished runs are skipped
+        /// and interrupted ones resumed).
+        #[arg(long)]
+        fresh: bool,
     },
     /// Write a Markdown + HTML report with SVG plots from results folders
     /// (results roots, experiment folders or single runs).
@@ -205,10 +209,10 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> Result<(), String> {
     match command {
-        Command::Run { manifest, backend, devices, out, offline, sets } => {
+        Command::Run { manifest, backend, devices, out, offline, sets, fresh } => {
             let manifest = Manifest::load_with(&manifest, &sets.overrides).map_err(|e| e.to_string())?;
-            let options =
-                RunOptions { backend, devices, out, progress: std::io::stderr().is_terminal(), ranks: join_mpi_job()? };
+            let progress = std::io::stderr().is_terminal();
+            let options = RunOptions { backend, devices, out, progress, ranks: join_mpi_job()?, fresh };
             // In a multi-process job every rank must call the same collectives: no second attempt.
             let offline = offline || options.job().is_some();
             let outcome = match run(&manifest, &options) {
@@ -233,7 +237,13 @@ fn dispatch(command: Command) -> Result<(), String> {
                     let _ = ranks.check_same("end of the job", 0);
                     Err(String::new())
                 }
-                (Err(e), None) => Err(e.to_string()),
+                (Err(e), None) => match e.exit_status() {
+                    Some(status) => {
+                        eprintln!("{e}");
+                        std::process::exit(i32::from(status))
+                    }
+                    None => Err(e.to_string()),
+                },
             }
         }
         Command::Report { results, out } => {

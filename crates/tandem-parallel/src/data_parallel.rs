@@ -8,8 +8,9 @@ use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use tandem_models::Classifier;
 use tandem_results::{DataParallelFigures, StrategyFigures};
+use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::AnyOptimizer;
-use tandem_train::{tested_gradients, EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
+use tandem_train::{tested_gradients, EpochPlan, StateParts, Strategy, TrainConfig, TrainError, TrainStats};
 
 use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
@@ -284,6 +285,7 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
         let stop = AtomicBool::new(false);
         let train = &self.train;
         let supervisor = Supervisor {
+            kind: "replica",
             watchdog: Duration::from_secs_f64(self.config.timeout_seconds),
             stop: &stop,
             progress_from: 0,
@@ -319,6 +321,26 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
 
     fn model(&self) -> Classifier<B> {
         self.replicas[0].model.clone().unwrap_or_else(|| self.snapshot.clone())
+    }
+
+    /// Replica 0's parameters and optimizer state: every replica applies the same averaged
+    /// gradients, so they all hold the same.
+    fn state(&self) -> Result<StateParts, String> {
+        let mut state = StateParts::default();
+        state.put("model", model_bytes(&self.model())?);
+        state.put("optimizer", self.replicas[0].optimizer.state()?.to_bytes());
+        Ok(state)
+    }
+
+    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+        let optimizer = StateParts::from_bytes(state.get("optimizer")?)?;
+        for replica in &mut self.replicas {
+            let model = replica.model.take().unwrap_or_else(|| self.snapshot.clone());
+            replica.model = Some(load_model_bytes(model, state.get("model")?, &replica.device)?);
+            replica.optimizer.restore(&optimizer, &replica.device)?;
+        }
+        self.snapshot = self.model();
+        Ok(())
     }
 }
 

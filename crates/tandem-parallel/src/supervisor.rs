@@ -6,6 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::Mutex;
 use std::thread::Scope;
 use std::time::Duration;
 
@@ -30,6 +31,28 @@ pub fn thread_pools(workers: usize, threads: usize, kind: &'static str) -> Resul
                 .map_err(|e| format!("cannot start the threads of {kind} {n}: {e}"))
         })
         .collect()
+}
+
+/// Records a run's failure when a worker never returns (see [`on_stuck_worker`]).
+pub type StuckHandler = Box<dyn Fn(&str) + Send>;
+
+static STUCK: Mutex<Option<StuckHandler>> = Mutex::new(None);
+
+/// Sets what happens when a worker still does not return one watchdog period after its run
+/// was stopped: `handler` gets the message naming the stuck workers (to write the run's
+/// error), then the process exits with status 1 instead of waiting for the thread forever.
+/// `None`: wait for it.
+pub fn on_stuck_worker(handler: Option<StuckHandler>) {
+    *STUCK.lock().unwrap_or_else(|e| e.into_inner()) = handler;
+}
+
+/// Hands `message` to the stuck-worker handler and ends the process; returns without one.
+fn abandon(message: &str) {
+    let handler = STUCK.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(handler) = handler {
+        handler(message);
+        std::process::exit(1);
+    }
 }
 
 /// Why a worker stopped: its own fault, or a consequence of another worker stopping or stalling.
@@ -85,6 +108,8 @@ impl<T> Reporter<T> {
 
 /// Runs workers for one epoch and watches them.
 pub(crate) struct Supervisor<'a> {
+    /// What a worker is, in messages (`replica`, `stage`).
+    pub kind: &'static str,
     /// A run where no worker reports progress for this long stops.
     pub watchdog: Duration,
     /// Raised on the first failure or stall; every worker polls it.
@@ -158,7 +183,23 @@ impl Supervisor<'_> {
                 }
                 // Workers blocked in a wait return once stopped; if they are still silent one
                 // watchdog period after that, report rather than wait forever.
-                Err(RecvTimeoutError::Timeout) if self.stop.load(Ordering::SeqCst) => break,
+                Err(RecvTimeoutError::Timeout) if self.stop.load(Ordering::SeqCst) => {
+                    let failed: Vec<usize> = failures.iter().map(|(w, _)| *w).collect();
+                    let stuck: Vec<usize> =
+                        (0..indices.len()).filter(|&s| done[s].is_none()).map(|s| indices[s]).collect();
+                    let stuck: Vec<usize> = stuck.into_iter().filter(|w| !failed.contains(w)).collect();
+                    let cause = failures
+                        .iter()
+                        .find(|(_, f)| !f.caused_elsewhere)
+                        .map(|(w, f)| format!(" (after {} {w} failed: {})", self.kind, f.message));
+                    abandon(&format!(
+                        "{} {stuck:?} stopped making progress and did not stop within {} s{}",
+                        self.kind,
+                        self.watchdog.as_secs_f64() * 2.0,
+                        cause.unwrap_or_default()
+                    ));
+                    break;
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     let behind = steps.iter().copied().min().unwrap_or(0);
                     let laggards =
@@ -191,5 +232,45 @@ impl Supervisor<'_> {
             return Err(failed(first));
         }
         done.into_iter().zip(indices).map(|(value, &worker)| value.ok_or(Stopped::Unreported { worker })).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_that_never_returns_is_named_alone_and_handed_to_the_stuck_handler() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        on_stuck_worker(Some(Box::new(move |message: &str| {
+            tx.lock().unwrap().send(message.to_string()).unwrap();
+            // Stands in for the process exit: this thread never comes back.
+            loop {
+                std::thread::park();
+            }
+        })));
+        std::thread::spawn(|| {
+            let stop = AtomicBool::new(false);
+            let supervisor = Supervisor {
+                kind: "replica",
+                watchdog: Duration::from_millis(100),
+                stop: &stop,
+                progress_from: 0,
+                on_batch: &|_| {},
+                on_stop: &|| {},
+            };
+            let work = |worker: usize, _: &Reporter<()>| -> Result<(), Failure> {
+                loop {
+                    if worker == 0 && stop.load(Ordering::SeqCst) {
+                        return Err(Failure::elsewhere("stopped"));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            };
+            let _ = std::thread::scope(|scope| supervisor.run(scope, vec![(0, 0), (1, 1)], &work));
+        });
+        let message = rx.recv_timeout(Duration::from_secs(10)).expect("the stuck worker is reported in bounded time");
+        assert!(message.starts_with("replica [1] stopped making progress"), "{message}");
     }
 }

@@ -6,9 +6,9 @@ use burn::backend::{Autodiff, NdArray};
 use tandem_models::{Architecture, Classifier, ModelConfig};
 use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
 use tandem_testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
+    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models, train_toy,
 };
-use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
+use tandem_train::{EpochPlan, Sequential, Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
 
@@ -142,8 +142,7 @@ fn epochs_reshuffle_and_replicas_stay_in_sync_through_the_trainer() {
         dp_config(2, AllReduceKind::Tree, true),
         &exact_train_config(),
     );
-    let records =
-        train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(())).unwrap();
+    let records = train_toy(&mut parallel, &train_cfg, &data, &holdout);
     assert_eq!(records.len(), 2);
     for r in &records {
         assert_eq!(r.figures.data_parallel().map(|d| d.replica_max_abs_difference), Some(0.0));

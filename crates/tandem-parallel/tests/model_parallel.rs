@@ -8,9 +8,9 @@ use tandem_models::{Architecture, Classifier, ModelConfig};
 use tandem_parallel::link::{link, Interconnect};
 use tandem_parallel::{Balance, ModelParallel, ModelParallelConfig, Schedule};
 use tandem_testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
+    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models, train_toy,
 };
-use tandem_train::{train, EpochPlan, Sequential, Strategy, TrainConfig};
+use tandem_train::{EpochPlan, Sequential, Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
 
@@ -122,9 +122,7 @@ fn one_f_one_b_keeps_fewer_activations_than_gpipe_and_bubbles_are_reported() {
     let gru = &toy_model(Architecture::Gru);
     let run = |schedule| {
         let mut parallel = model_parallel(initial_model(gru, vocab_size), &mp_config(vec![1], schedule, 4), &train_cfg);
-        let records =
-            train(&mut parallel, &train_cfg, 9, &data, &holdout, &Default::default(), &|_| {}, &mut |_| Ok(()))
-                .unwrap();
+        let records = train_toy(&mut parallel, &train_cfg, &data, &holdout);
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].holdout.confusion.total(), holdout.len() as u64, "every holdout sample evaluated once");
         records[1].figures.pipeline().unwrap().clone()

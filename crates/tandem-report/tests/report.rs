@@ -101,6 +101,8 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         started_at: "2026-12-01T00:00:00Z".into(),
         finished_at: "2026-12-01T00:01:00Z".into(),
         figures: Default::default(),
+        manifest_hash: None,
+        reproducibility: None,
         cluster: None,
     };
     s.set_epochs(records);

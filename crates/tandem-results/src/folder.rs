@@ -20,7 +20,7 @@ pub enum RunState {
     Finished,
     /// The run ended with an error (from `summary.json`).
     Failed(String),
-    /// No `summary.json`: the run was interrupted, or is still going.
+    /// No `summary.json`, or one saying `interrupted`: the run was stopped, or is still going.
     Unfinished,
     /// A file could not be read; the message names it (and the line, for JSON).
     Unreadable(String),
@@ -161,6 +161,7 @@ pub fn read_run(dir: &Path) -> Run {
         Ok(summary) => {
             run.state = match (&summary.status, &summary.error) {
                 (RunStatus::Finished, _) => RunState::Finished,
+                (RunStatus::Interrupted, _) => RunState::Unfinished,
                 (RunStatus::Failed, error) => {
                     RunState::Failed(error.clone().unwrap_or_else(|| "no error recorded".into()))
                 }

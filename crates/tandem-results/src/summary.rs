@@ -13,6 +13,8 @@ use crate::record::EpochRecord;
 pub enum RunStatus {
     Finished,
     Failed,
+    /// Stopped by a signal after writing a checkpoint: `tandem run` continues it.
+    Interrupted,
 }
 
 /// `summary.json`: everything needed to read, compare and reproduce one run.
@@ -79,6 +81,14 @@ pub struct RunSummary {
     pub finished_at: String,
     /// The strategy's figures of the last record.
     pub figures: StrategyFigures,
+    /// Hash of the run's resolved `manifest.toml` (FNV-1a, hex): a rerun of the same run has
+    /// the same one. Absent in folders written before it was recorded.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub manifest_hash: Option<String>,
+    /// What the backend cannot promise about reproducing this run bit for bit (absent: the
+    /// same manifest and seed give the same bytes).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reproducibility: Option<String>,
     /// The job's ranks, for a run spread over several processes (`mpirun`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub cluster: Option<ClusterInfo>,

@@ -102,6 +102,14 @@ impl<B: AutodiffBackend> PredictivePolicy<B> {
 }
 
 impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
+    fn state(&self) -> Result<Vec<u8>, String> {
+        Err("predictive sync's predictors and triggers are not checkpointed".into())
+    }
+
+    fn restore(&mut self, _state: &[u8]) -> Result<(), String> {
+        Err("predictive sync's predictors and triggers are not checkpointed".into())
+    }
+
     fn begin_step(
         &mut self,
         stages: &mut [&mut Stage<B>],

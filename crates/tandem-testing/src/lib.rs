@@ -9,7 +9,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
 use tandem_models::{Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
-use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainStats};
+use tandem_train::{EpochPlan, EpochRecord, Start, Strategy, TrainConfig, TrainStats};
 
 /// Tokens per toy sample.
 pub const TOY_MAX_LEN: usize = 10;
@@ -142,4 +142,17 @@ pub fn one_epoch<B: AutodiffBackend>(
     let total_steps = config.steps_per_epoch(data.len());
     let plan = EpochPlan { epoch: 0, batches, data, first_step: 0, total_steps, on_batch: &|_| {} };
     strategy.train_epoch(&plan).expect("training epoch")
+}
+
+/// The whole epoch loop over the toy data with seed 9 on the default device, from the start,
+/// nothing reported along the way.
+pub fn train_toy<B: AutodiffBackend>(
+    strategy: &mut dyn Strategy<B>,
+    config: &TrainConfig,
+    data: &Encoded,
+    holdout: &Encoded,
+) -> Vec<EpochRecord> {
+    let start = Start { points_done: 0, rng_seed: 9 };
+    tandem_train::train(strategy, config, 9, data, holdout, &Default::default(), &|_| {}, &mut |_, _| Ok(()), start)
+        .expect("training")
 }

@@ -7,6 +7,7 @@
 //! holdout set is evaluated every few batches. A strategy decides only *how* a
 //! global batch turns into a parameter update (one device, replicas, stages…).
 
+pub mod checkpoint;
 mod memory;
 pub mod optim;
 mod sequential;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use tandem_data::Encoded;
 use tandem_models::Classifier;
 
+pub use checkpoint::{number_parameters, StateParts};
 pub use memory::keep_freed_memory;
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
@@ -190,11 +192,35 @@ pub trait Strategy<B: AutodiffBackend> {
     fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError>;
     /// The current parameters as one whole model on `device` (for evaluation and saving).
     fn model(&self) -> Classifier<B>;
+    /// Everything needed to continue exactly from here (models, optimizer states, the
+    /// strategy's own state), between two epochs or evaluation points.
+    fn state(&self) -> Result<StateParts, String>;
+    /// Continues from [`Strategy::state`]'s parts, taken from a strategy built the same way.
+    fn restore(&mut self, state: &StateParts) -> Result<(), String>;
+}
+
+/// Receives each epoch's record with the strategy that made it; an error stops the run.
+pub type OnEpoch<'a, B> = dyn FnMut(&EpochRecord, &dyn Strategy<B>) -> Result<(), String> + 'a;
+
+/// Where the epoch loop starts, and the seed of the backend's random numbers (dropout).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Start {
+    /// Records (epochs or stream evaluation points) already done: the loop continues after them.
+    pub points_done: usize,
+    /// The backend is seeded from this and the step at the start of every epoch or evaluation
+    /// point, so a resumed run draws the same random numbers as one never stopped.
+    pub rng_seed: u64,
+}
+
+/// The seed of the backend's random numbers from optimizer step `step` on.
+fn point_seed(rng_seed: u64, step: usize) -> u64 {
+    (rng_seed ^ (step as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(0x632b_e59b_d9b4_e019)
 }
 
 /// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
-/// epoch on `eval_device`. `on_epoch` receives each record as soon as it exists (to write it to
-/// disk) and may stop the run by returning an error.
+/// epoch on `eval_device`, from `start`. `on_epoch` receives each record as soon as it exists,
+/// with the strategy (to write both to disk), and may stop the run by returning an error.
+/// Returns the records made by this call.
 #[allow(clippy::too_many_arguments)] // the epoch loop's inputs, each named at the call
 pub fn train<B: AutodiffBackend>(
     strategy: &mut dyn Strategy<B>,
@@ -204,11 +230,13 @@ pub fn train<B: AutodiffBackend>(
     holdout: &Encoded,
     eval_device: &B::Device,
     on_batch: &(dyn Fn(usize) + Sync),
-    on_epoch: &mut dyn FnMut(&EpochRecord) -> Result<(), String>,
+    on_epoch: &mut OnEpoch<B>,
+    start: Start,
 ) -> Result<Vec<EpochRecord>, TrainError> {
     let steps_per_epoch = config.steps_per_epoch(train.len());
     let total_steps = steps_per_epoch * config.epochs;
     let mut records = Vec::with_capacity(config.epochs);
+    let mut point = 0;
     for epoch in 0..config.epochs {
         // A stream replays the order of pass 0.
         let order = tandem_data::epoch_order(train.len(), seed, if config.stream.is_some() { 0 } else { epoch });
@@ -217,6 +245,11 @@ pub fn train<B: AutodiffBackend>(
         let every = config.stream.as_ref().map_or(batches.len(), |s| s.eval_every);
         for range in evaluation_ranges(pass_start, batches.len(), every) {
             let first_step = pass_start + range.start;
+            point += 1;
+            if point <= start.points_done {
+                continue;
+            }
+            B::seed(eval_device, point_seed(start.rng_seed, first_step));
             let plan = EpochPlan {
                 epoch,
                 batches: batches[range.clone()].to_vec(),
@@ -253,7 +286,7 @@ pub fn train<B: AutodiffBackend>(
                 prequential_samples: stats.tested,
                 figures: stats.figures,
             };
-            on_epoch(&record).map_err(TrainError::Stopped)?;
+            on_epoch(&record, &*strategy).map_err(TrainError::Stopped)?;
             records.push(record);
         }
     }

@@ -16,6 +16,8 @@ use tandem_simd::Kernel;
 
 use crate::TrainConfig;
 
+mod state;
+
 /// Which optimizer to use.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]

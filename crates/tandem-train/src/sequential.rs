@@ -3,7 +3,9 @@
 use burn::tensor::backend::AutodiffBackend;
 use tandem_models::Classifier;
 
+use crate::checkpoint::{load_model_bytes, model_bytes};
 use crate::optim::AnyOptimizer;
+use crate::StateParts;
 use crate::{tested_gradients, EpochPlan, Strategy, StrategyFigures, TrainConfig, TrainError, TrainStats};
 
 /// Trains one model on one device, one global batch per optimizer step.
@@ -57,5 +59,17 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
 
     fn model(&self) -> Classifier<B> {
         self.model.clone().expect("the model is always put back after a step")
+    }
+
+    fn state(&self) -> Result<StateParts, String> {
+        let mut state = StateParts::default();
+        state.put("model", model_bytes(&self.model())?);
+        state.put("optimizer", self.optimizer.state()?.to_bytes());
+        Ok(state)
+    }
+
+    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+        self.model = Some(load_model_bytes(self.model(), state.get("model")?, &self.device)?);
+        self.optimizer.restore(&StateParts::from_bytes(state.get("optimizer")?)?, &self.device)
     }
 }

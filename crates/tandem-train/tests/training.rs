@@ -7,8 +7,8 @@ use tandem_models::{Architecture, Classifier, InputSpec, ModelConfig, RecurrentC
 use tandem_testing::{toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
 use tandem_train::{
-    correct_predictions, gradients, train, EpochPlan, EpochRecord, Sequential, Strategy, StreamConfig, TrainConfig,
-    TrainError, TrainStats,
+    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, Sequential, Start, StateParts,
+    Strategy, StreamConfig, TrainConfig, TrainError, TrainStats,
 };
 
 /// The backends' seeded RNG is process-global: tests that seed it must not interleave.
@@ -28,7 +28,18 @@ fn run<B: AutodiffBackend>(model: &ModelConfig, cfg: &TrainConfig, seed: u64) ->
     B::seed(&device, seed);
     let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
     let mut strategy = Sequential::new(model.init::<B>(&input, &device), cfg, device.clone());
-    train(&mut strategy, cfg, seed, &train_data, &holdout, &device, &|_| {}, &mut |_| Ok(())).unwrap()
+    train(
+        &mut strategy,
+        cfg,
+        seed,
+        &train_data,
+        &holdout,
+        &device,
+        &|_| {},
+        &mut |_, _| Ok(()),
+        Start { points_done: 0, rng_seed: seed },
+    )
+    .unwrap()
 }
 
 #[test]
@@ -211,6 +222,12 @@ impl<B: AutodiffBackend> Strategy<B> for Recording<B> {
     fn model(&self) -> Classifier<B> {
         self.inner.model()
     }
+    fn state(&self) -> Result<StateParts, String> {
+        self.inner.state()
+    }
+    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+        self.inner.restore(state)
+    }
 }
 
 fn recorded_run(stream: Option<StreamConfig>) -> (Vec<EpochRecord>, Vec<Vec<usize>>, Classifier<Autodiff<NdArray>>) {
@@ -222,7 +239,9 @@ fn recorded_run(stream: Option<StreamConfig>) -> (Vec<EpochRecord>, Vec<Vec<usiz
     let initial =
         toy_model(Architecture::Cnn).init::<Nd>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device);
     let mut strategy = Recording { inner: Sequential::new(initial.clone(), &cfg, device), batches: Vec::new() };
-    let records = train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, &|_| {}, &mut |_| Ok(())).unwrap();
+    let records =
+        train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, &|_| {}, &mut |_, _| Ok(()), Start::default())
+            .unwrap();
     (records, strategy.batches, initial)
 }
 
@@ -269,4 +288,69 @@ fn prequential_accuracy_tests_each_batch_before_training_on_it() {
     // The toy task is learnt: the second pass is classified far better than the first batches.
     let mean = |r: &[EpochRecord]| r.iter().map(|r| r.prequential_accuracy.unwrap()).sum::<f64>() / r.len() as f64;
     assert!(mean(&records[10..]) > mean(&records[..2]) + 0.2, "{} vs {}", mean(&records[10..]), mean(&records[..2]));
+}
+
+/// Trains 3 epochs of a lazily updated, dropout-using GRU from `start` (restoring `state` first
+/// when given), stopping after `stop_after` records when given; returns the records, the last
+/// state and the parameters.
+fn resumable_run<B: AutodiffBackend>(
+    start: Start,
+    state: Option<&StateParts>,
+    stop_after: Option<usize>,
+) -> (Vec<EpochRecord>, StateParts, Vec<f32>) {
+    let (train_data, holdout, vocab_size) = toy_data();
+    let cfg = TrainConfig { embedding_update: tandem_train::EmbeddingUpdate::Lazy, ..config(3) };
+    let device = B::Device::default();
+    B::seed(&device, 3);
+    let gru = ModelConfig::Gru(RecurrentConfig { embedding_dim: 8, hidden: 8, dropout: 0.3, ..Default::default() });
+    let model = number_parameters(gru.init::<B>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device));
+    let mut strategy = Sequential::new(model, &cfg, device.clone());
+    if let Some(state) = state {
+        strategy.restore(state).unwrap();
+    }
+    let (mut records, mut saved) = (Vec::new(), Vec::new());
+    let result = train(
+        &mut strategy,
+        &cfg,
+        3,
+        &train_data,
+        &holdout,
+        &device,
+        &|_| {},
+        &mut |record, s| {
+            records.push(record.clone());
+            saved.push(s.state()?);
+            match stop_after == Some(records.len()) {
+                true => Err("stopped".into()),
+                false => Ok(()),
+            }
+        },
+        start,
+    );
+    assert_eq!(result.is_err(), stop_after.is_some());
+    (records, saved.pop().unwrap(), strategy.model().parameter_values())
+}
+
+fn resumes_exactly<B: AutodiffBackend>() {
+    let _serial = serial();
+    let start = Start { points_done: 0, rng_seed: 3 };
+    let (whole, _, expected) = resumable_run::<B>(start, None, None);
+    let (first, state, _) = resumable_run::<B>(start, None, Some(1));
+    let state = StateParts::from_bytes(&state.to_bytes()).unwrap();
+    let (rest, _, resumed) = resumable_run::<B>(Start { points_done: 1, ..start }, Some(&state), None);
+    let same =
+        resumed.len() == expected.len() && resumed.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "the resumed run ends with other parameters");
+    let losses = |r: &[EpochRecord]| r.iter().map(|r| (r.epoch, r.train_loss, r.holdout_loss)).collect::<Vec<_>>();
+    assert_eq!(losses(&[first, rest].concat()), losses(&whole));
+}
+
+#[test]
+fn a_run_resumed_from_its_state_ends_where_an_uninterrupted_one_does_on_flex() {
+    resumes_exactly::<Autodiff<Flex>>();
+}
+
+#[test]
+fn a_run_resumed_from_its_state_ends_where_an_uninterrupted_one_does_on_ndarray() {
+    resumes_exactly::<Autodiff<NdArray>>();
 }

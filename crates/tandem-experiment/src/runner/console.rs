@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
+use super::PreparedData;
 use crate::backend::{BackendKind, DeviceSpec};
 use crate::manifest::{Manifest, ModelEntry, StrategyConfig};
 
@@ -28,7 +29,7 @@ impl Console {
     /// Prints the banner: experiment, data, runs, backend and devices, results folder.
     pub fn start(
         manifest: &Manifest,
-        data: &str,
+        data: &PreparedData,
         backend: BackendKind,
         devices: &[DeviceSpec],
         out: &Path,
@@ -41,7 +42,10 @@ impl Console {
         if enabled {
             let devices: Vec<String> = devices.iter().map(ToString::to_string).collect();
             eprintln!("experiment {} ({})", manifest.experiment.name, manifest.source.display());
-            eprintln!("  data:    {data} from {}", manifest.data_dir().display());
+            eprintln!("  data:    {} from {}", data.splits_description, manifest.data_dir().display());
+            if let Some(choice) = &data.split_choice {
+                eprintln!("           ({choice})");
+            }
             eprintln!(
                 "  runs:    {total} = {models} model{} × {strategies} strateg{} × {seeds} seed{}",
                 plural(models, "", "s"),

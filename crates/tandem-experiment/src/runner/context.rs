@@ -6,6 +6,7 @@ use std::path::Path;
 use indicatif::ProgressBar;
 use tandem_parallel::Ranks;
 
+use super::resume::Checkpoint;
 use super::PreparedData;
 use crate::manifest::{ModelEntry, StrategyConfig};
 
@@ -22,4 +23,9 @@ pub(super) struct RunContext<'a> {
     /// Whether this process writes the run's results (rank 0 of a job; other ranks write a
     /// `rank-N.json` log only).
     pub writes_results: bool,
+    /// Where to continue from (an unfinished run's checkpoint).
+    pub resume: Option<&'a Checkpoint>,
+    /// Whether to write a checkpoint at every epoch or evaluation point (not in a
+    /// multi-process job, whose ranks each hold part of the state).
+    pub checkpoints: bool,
 }

@@ -5,13 +5,19 @@
 //! - [`job`]: the checks of a multi-process job (every rank runs the same thing);
 //! - [`devices`]: which devices a run computes on;
 //! - [`one_run`]: one run's folder, progress and summary;
+//! - [`checkpoints`]: the checkpoint file of a run;
+//! - [`resume`]: what an existing run folder means (skip, resume, refuse) and its lock;
+//! - [`signals`]: Ctrl-C and SIGTERM;
 //! - [`training`]: the model and strategy on a concrete backend, trained.
 
+mod checkpoints;
 mod console;
 mod context;
 mod devices;
 mod job;
 mod one_run;
+mod resume;
+mod signals;
 mod training;
 
 use std::path::PathBuf;
@@ -43,6 +49,9 @@ pub struct RunOptions {
     /// This process's place in a multi-process job (`mpirun`); `None` or one rank: a
     /// single-process run.
     pub ranks: Option<Arc<dyn Ranks>>,
+    /// Start every run over, replacing its folder (otherwise finished runs are skipped and
+    /// unfinished ones resumed).
+    pub fresh: bool,
 }
 
 impl RunOptions {
@@ -54,7 +63,7 @@ impl RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None }
+        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None, fresh: false }
     }
 }
 
@@ -70,6 +79,9 @@ pub enum RunError {
     Job(String),
     #[error("cannot write results to {path}: {source}")]
     Results { path: PathBuf, source: std::io::Error },
+    /// A signal stopped the run after its checkpoint was written.
+    #[error("interrupted by signal {signal}; run the same `tandem run` command again to resume")]
+    Interrupted { signal: i32 },
     #[error("{failed} of {total} runs failed (see their summary.json); the others finished")]
     RunsFailed { failed: usize, total: usize },
 }
@@ -78,6 +90,14 @@ impl RunError {
     /// Whether the error means "no dataset found" (the caller may offer `tandem data fetch`).
     pub fn is_missing_data(&self) -> bool {
         matches!(self, RunError::Data(DataError::NoData { .. }))
+    }
+
+    /// The exit status the process should end with: 128 + the signal for an interrupted run.
+    pub fn exit_status(&self) -> Option<u8> {
+        match self {
+            RunError::Interrupted { signal } => u8::try_from(128 + signal).ok(),
+            _ => None,
+        }
     }
 
     /// Whether every rank of a multi-process job failed with this same error (so they can all
@@ -90,6 +110,8 @@ impl RunError {
 /// The prepared data every run of an experiment shares.
 pub struct PreparedData {
     pub splits_description: String,
+    /// Why `split = "auto"` chose the split it did (shown in the banner); `None` otherwise.
+    pub split_choice: Option<String>,
     pub vocab: Vocab,
     pub train: Encoded,
     pub holdout: Encoded,
@@ -108,16 +130,16 @@ pub fn prepare_data(manifest: &Manifest) -> Result<PreparedData, RunError> {
         max_holdout: d.max_holdout_rows,
     };
     let Splits { train, holdout, description } = tandem_data::load_splits_with(&dir, &split)?;
-    if d.split == SplitMode::Auto {
-        let why = match d.split.resolve(&dir) {
-            SplitMode::Official => "train.csv is there",
-            _ => "no train.csv there",
-        };
-        eprintln!("data: {description} from {} (`split = \"auto\"`: {why})", dir.display());
-    }
+    let split_choice = (d.split == SplitMode::Auto).then(|| match d.split.resolve(&dir) {
+        SplitMode::Official => "`split = \"auto\"`: train.csv is there, so the official split".to_string(),
+        _ => "`split = \"auto\"`: no train.csv there, so a re-split of test.csv; \
+              `split = \"official\"` would stop instead"
+            .to_string(),
+    });
     let vocab = Vocab::build(train.iter().map(|s| s.text()), &d.vocab);
     Ok(PreparedData {
         splits_description: description,
+        split_choice,
         train: Encoded::new(&train, &vocab, d.max_len),
         holdout: Encoded::new(&holdout, &vocab, d.max_len),
         vocab,
@@ -147,14 +169,19 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
         ranks.check_same("data (train and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
     }
     let shows = ranks.is_none_or(|r| r.rank() == 0);
-    let mut console = Console::start(manifest, &data.splits_description, backend, &devices, &options.out, shows);
+    let mut console = Console::start(manifest, &data, backend, &devices, &options.out, shows);
+    let interrupt = signals::interrupt();
     let mut summaries = Vec::new();
     for model in &manifest.models {
         for strategy in &manifest.strategies {
             for &seed in &manifest.experiment.seeds {
                 console.begin_run(&console::run_name(model, strategy, seed));
-                summaries.push(run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?);
+                let summary = run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?;
                 console.end_run();
+                if let Some(signal) = interrupt.signal() {
+                    return Err(RunError::Interrupted { signal });
+                }
+                summaries.extend(summary);
             }
         }
     }

@@ -1,9 +1,11 @@
-//! One run: its results folder, its progress bar, the training, and its summary.
+//! One run: its results folder, its progress bar, the training, and its summary. Returns
+//! `None` on a rank of a job that skipped a run rank 0 had finished.
 
 use std::path::Path;
 
 use super::console::{human_count, progress_bar, run_name};
 use super::context::RunContext;
+use super::resume::{self, Plan};
 use super::training::dispatch;
 use super::{PreparedData, RunError, RunOptions};
 use crate::backend::{BackendKind, DeviceSpec};
@@ -20,7 +22,7 @@ pub(super) fn run_one(
     devices: &[DeviceSpec],
     data: &PreparedData,
     options: &RunOptions,
-) -> Result<RunSummary, RunError> {
+) -> Result<Option<RunSummary>, RunError> {
     let run_id = run_name(entry, strategy, seed);
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -28,31 +30,45 @@ pub(super) fn run_one(
     };
     let ranks = options.job();
     let writes_results = ranks.is_none_or(|r| r.rank() == 0);
-    let (dir, run_id) = match ranks {
-        None => {
-            results::create_run_dir(&options.out, &manifest.experiment.name, &run_id).map_err(io_err(&options.out))?
-        }
-        // Rank 0 picks the folder name; the others log into the same folder (theirs, on
-        // machines that do not share rank 0's disk).
-        Some(ranks) => {
-            let picked = if writes_results {
-                results::create_run_dir(&options.out, &manifest.experiment.name, &run_id)
-                    .map_err(io_err(&options.out))?
-                    .1
-            } else {
-                String::new()
-            };
-            let run_id = ranks.broadcast_text(&picked).map_err(RunError::Config)?;
-            let dir = options.out.join(&manifest.experiment.name).join(&run_id);
-            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-            (dir, run_id)
-        }
-    };
+    let dir = options.out.join(&manifest.experiment.name).join(&run_id);
     let mut resolved = manifest.for_run(entry, strategy, seed);
     resolved.experiment.backend = backend;
     resolved.experiment.devices = devices.iter().map(ToString::to_string).collect();
+    let resolved_toml = resolved.to_toml();
+    let (_lock, plan) = match writes_results {
+        true => {
+            let (lock, plan) = resume::prepare(&dir, &resolved_toml, options.fresh)?;
+            (Some(lock), plan)
+        }
+        false => (None, Plan::Start),
+    };
+    // Every rank of a job skips what rank 0 skips; a job starts unfinished runs over (each
+    // rank holds part of the state, and only rank 0 writes).
+    let skip = match (ranks, &plan) {
+        (Some(ranks), _) => {
+            let decision = if matches!(plan, Plan::Skip(_)) { "skip" } else { "run" };
+            ranks.broadcast_text(if writes_results { decision } else { "" }).map_err(RunError::Config)? == "skip"
+        }
+        (None, plan) => matches!(plan, Plan::Skip(_)),
+    };
+    if skip {
+        eprintln!("{run_id}: skipped (finished before with the same manifest) → {}", dir.display());
+        return Ok(match plan {
+            Plan::Skip(summary) => Some(*summary),
+            _ => None,
+        });
+    }
+    let checkpoint = match plan {
+        Plan::Resume(checkpoint) if ranks.is_none() => {
+            eprintln!("{run_id}: resuming after {} recorded epochs or evaluation points", checkpoint.records.len());
+            Some(checkpoint)
+        }
+        _ => None,
+    };
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     if writes_results {
-        results::write_atomic(&dir.join("manifest.toml"), resolved.to_toml().as_bytes()).map_err(io_err(&dir))?;
+        let path = dir.join("manifest.toml");
+        results::write_atomic(&path, resolved_toml.as_bytes()).map_err(io_err(&path))?;
         data.vocab.save(&dir.join("vocab.json"))?;
     }
 
@@ -60,28 +76,30 @@ pub(super) fn run_one(
     let total = (entry.train.epochs * data.train.len()) as u64;
     let progress = progress_bar(options.progress && writes_results, total, &run_id);
     let started_at = results::now_utc();
-    let ctx = RunContext { entry, strategy, seed, data, dir: &dir, progress, ranks, writes_results };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("tandem-compute-{i}"))
-        .build()
-        .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
-    let outcome = pool.install(|| dispatch(backend, devices, &ctx));
-    let error = outcome.error;
-    let (records, parameters) = (outcome.records, outcome.parameters);
-    ctx.progress.finish_and_clear();
+    let ctx = RunContext {
+        entry,
+        strategy,
+        seed,
+        data,
+        dir: &dir,
+        progress,
+        ranks,
+        writes_results,
+        resume: checkpoint.as_ref(),
+        checkpoints: ranks.is_none(),
+    };
     let mut summary = RunSummary {
         format_version: tandem_results::FORMAT_VERSION,
-        status: if error.is_some() { RunStatus::Failed } else { RunStatus::Finished },
-        error,
+        status: RunStatus::Failed,
+        error: None,
         experiment: manifest.experiment.name.clone(),
         run_id: run_id.clone(),
         model: entry.name.clone(),
         architecture: entry.config.architecture().name().into(),
         strategy: strategy.label(),
         backend: backend.name().into(),
-        devices: outcome.devices,
-        shared_devices: outcome.shared_devices,
+        devices: Vec::new(),
+        shared_devices: false,
         machine: results::machine_description(),
         threads_per_device: threads,
         seed,
@@ -96,7 +114,7 @@ pub(super) fn run_one(
         holdout_samples: data.holdout.len(),
         vocab_size: data.vocab.len(),
         max_len: manifest.data.max_len,
-        parameters,
+        parameters: 0,
         epochs_completed: 0,
         train_seconds: 0.0,
         eval_seconds: 0.0,
@@ -111,8 +129,44 @@ pub(super) fn run_one(
         started_at,
         finished_at: results::now_utc(),
         figures: Default::default(),
+        manifest_hash: Some(resume::manifest_hash(&resolved_toml)),
+        reproducibility: None,
         cluster: None,
     };
+    // A worker that never returns ends the process; its run's failure is written first.
+    if writes_results {
+        let (skeleton, path) = (summary.clone(), dir.join("summary.json"));
+        tandem_parallel::on_stuck_worker(Some(Box::new(move |message: &str| {
+            let mut failed = skeleton.clone();
+            failed.error = Some(message.to_string());
+            failed.set_epochs(&tandem_results::read_run(path.parent().expect("a run folder")).epochs);
+            failed.finished_at = results::now_utc();
+            if let Err(e) = results::write_json(&path, &failed) {
+                eprintln!("cannot write {}: {e}", path.display());
+            }
+            eprintln!("{}: FAILED: {message}", failed.run_id);
+        })));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tandem-compute-{i}"))
+        .build()
+        .map_err(|e| RunError::Config(format!("cannot start {threads} compute threads: {e}")))?;
+    let outcome = pool.install(|| dispatch(backend, devices, &ctx));
+    let error = outcome.error.clone();
+    let (records, parameters) = (outcome.records.clone(), outcome.parameters);
+    ctx.progress.finish_and_clear();
+    tandem_parallel::on_stuck_worker(None);
+    summary.status = match (&error, outcome.interrupted) {
+        (_, Some(_)) => RunStatus::Interrupted,
+        (Some(_), None) => RunStatus::Failed,
+        (None, None) => RunStatus::Finished,
+    };
+    summary.error = error;
+    (summary.devices, summary.shared_devices) = (outcome.devices, outcome.shared_devices);
+    summary.parameters = parameters;
+    summary.reproducibility = outcome.reproducibility;
+    summary.finished_at = results::now_utc();
     summary.set_epochs(&records);
     if let Some(ranks) = ranks {
         summary.cluster = Some(match strategy.stages() {
@@ -123,9 +177,20 @@ pub(super) fn run_one(
     if !writes_results {
         let ranks = ranks.expect("only a rank other than 0 does not write results");
         let log = dir.join(format!("rank-{}.json", ranks.rank()));
-        results::write_json(&log, &RankLog::new(ranks.rank(), ranks.host(), &summary)).map_err(io_err(&dir))?;
+        results::write_json(&log, &RankLog::new(ranks.rank(), ranks.host(), &summary)).map_err(io_err(&log))?;
     } else {
-        results::write_json(&dir.join("summary.json"), &summary).map_err(io_err(&dir))?;
+        let path = dir.join("summary.json");
+        results::write_json(&path, &summary).map_err(io_err(&path))?;
+    }
+    if let Some(signal) = outcome.interrupted {
+        eprintln!(
+            "{run_id}: interrupted (signal {signal}) after {} recorded epochs or evaluation points; \
+             `tandem run {} --out {}` resumes it",
+            records.len(),
+            manifest.source.display(),
+            options.out.display()
+        );
+        return Ok(Some(summary));
     }
     match (&summary.error, ranks) {
         // The other ranks may be waiting for this one in a collective: end the job, now that
@@ -148,5 +213,5 @@ pub(super) fn run_one(
             dir.display()
         ),
     }
-    Ok(summary)
+    Ok(Some(summary))
 }

@@ -4,12 +4,15 @@
 use std::path::Path;
 
 use burn::tensor::backend::AutodiffBackend;
+use indicatif::ProgressBar;
 use tandem_models::{Classifier, InputSpec};
 use tandem_parallel::{DataParallel, ModelParallel};
-use tandem_train::{EpochRecord, Sequential, Strategy};
+use tandem_train::{EpochRecord, Sequential, Start, Strategy, TrainError};
 
+use super::checkpoints::{reproducibility, Checkpoints};
 use super::context::RunContext;
 use super::devices::devices_for;
+use super::signals::interrupt;
 use crate::backend::{BackendKind, DeviceSpec};
 use crate::manifest::StrategyConfig;
 use crate::results;
@@ -23,11 +26,23 @@ pub(super) struct Outcome {
     /// Several replicas or stages on one GPU.
     pub shared_devices: bool,
     pub error: Option<String>,
+    /// The signal that stopped the run at an epoch or evaluation point.
+    pub interrupted: Option<i32>,
+    /// What keeps this run from being reproduced bit for bit, if anything.
+    pub reproducibility: Option<String>,
 }
 
 impl Outcome {
     fn failed(error: String) -> Self {
-        Self { records: Vec::new(), parameters: 0, devices: Vec::new(), shared_devices: false, error: Some(error) }
+        Self {
+            records: Vec::new(),
+            parameters: 0,
+            devices: Vec::new(),
+            shared_devices: false,
+            error: Some(error),
+            interrupted: None,
+            reproducibility: None,
+        }
     }
 }
 
@@ -109,7 +124,7 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         return Outcome::failed(e);
     }
     tandem_train::seed_backend::<B>(&device, ctx.seed);
-    let model: Classifier<B> = ctx.entry.config.init(&input, &device);
+    let model: Classifier<B> = tandem_train::number_parameters(ctx.entry.config.init(&input, &device));
     let parameters = model.parameter_count();
     let built: Result<Box<dyn Strategy<B>>, String> = match ctx.strategy {
         StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
@@ -132,39 +147,34 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         Ok(strategy) => strategy,
         Err(e) => return Outcome { parameters, shared_devices, ..Outcome::failed(e) },
     };
-    if let Some(ranks) = ctx.ranks {
-        // Same initial parameters everywhere (checked), but each rank its own dropout masks.
-        tandem_train::seed_backend::<B>(&device, ctx.seed.wrapping_add(ranks.rank() as u64));
-    }
-    let epochs_path = ctx.dir.join("epochs.jsonl");
     let mut written: Vec<EpochRecord> = Vec::new();
+    if let Some(checkpoint) = ctx.resume {
+        if let Err(e) = strategy.restore(&checkpoint.strategy) {
+            return Outcome { parameters, shared_devices, ..Outcome::failed(format!("cannot resume: {e}")) };
+        }
+        written.clone_from(&checkpoint.records);
+    }
+    // Same initial parameters on every rank (checked), but each rank its own dropout masks.
+    let start =
+        Start { points_done: written.len(), rng_seed: ctx.seed.wrapping_add(ctx.ranks.map_or(0, |r| r.rank() as u64)) };
+    let interrupt = interrupt();
+    let mut checkpoints = Checkpoints::new(ctx);
+    let epochs_path = ctx.dir.join("epochs.jsonl");
     let progress = &ctx.progress;
+    progress.inc(written.iter().map(|r| (r.steps * train.batch_size) as u64).sum::<u64>());
     let on_batch = |n: usize| progress.inc(n as u64);
-    let mut on_epoch = |record: &EpochRecord| {
+    let mut on_epoch = |record: &EpochRecord, strategy: &dyn Strategy<B>| {
         written.push(record.clone());
-        if !ctx.writes_results {
-            return Ok(());
+        if ctx.writes_results {
+            print_record(progress, &ctx.dir.file_name().unwrap_or_default().to_string_lossy(), record);
+            results::write_epochs(&epochs_path, &written)
+                .map_err(|e| format!("cannot write {}: {e}", epochs_path.display()))?;
+            checkpoints.write(strategy, written.len())?;
         }
-        let point = match &record.stream {
-            Some(at) => format!("pass {:>2}, batch {:>5}", record.epoch, at.batches),
-            None => format!("epoch {:>2}", record.epoch),
-        };
-        let line = format!(
-            "  {} {point}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {} samples/s",
-            ctx.dir.file_name().unwrap_or_default().to_string_lossy(),
-            record.train_loss,
-            record.holdout_loss,
-            record.holdout.accuracy,
-            record.holdout.macro_f1,
-            super::console::human_count(record.train_samples_per_second)
-        );
-        if progress.is_hidden() {
-            eprintln!("{line}")
-        } else {
-            progress.println(line)
+        match interrupt.signal() {
+            Some(signal) => Err(format!("interrupted by signal {signal}")),
+            None => Ok(()),
         }
-        results::write_epochs(&epochs_path, &written)
-            .map_err(|e| format!("cannot write {}: {e}", epochs_path.display()))
     };
     let result = tandem_train::train(
         strategy.as_mut(),
@@ -175,21 +185,53 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         &device,
         &on_batch,
         &mut on_epoch,
+        start,
     );
-    let saved = if ctx.writes_results { save_model(&strategy.model(), &ctx.dir.join("model")) } else { Ok(()) };
+    let saved = if ctx.writes_results { save_model(&strategy.model(), &ctx.dir.join("model.bin")) } else { Ok(()) };
     let devices = strategy.devices();
-    match result.map_err(|e| e.to_string()).and_then(|records| saved.map(|()| records)) {
-        Ok(records) => Outcome { records, parameters, devices, shared_devices, error: None },
-        Err(e) => Outcome { records: written, parameters, devices, shared_devices, error: Some(e) },
+    let interrupted = match &result {
+        Err(TrainError::Stopped(_)) => interrupt.signal(),
+        _ => None,
+    };
+    let reproducibility = reproducibility(ctx);
+    let outcome =
+        Outcome { records: Vec::new(), parameters, devices, shared_devices, error: None, interrupted, reproducibility };
+    match (result, saved) {
+        (_, _) if interrupted.is_some() => Outcome { records: written, ..outcome },
+        (Ok(_), Ok(())) => {
+            checkpoints.remove();
+            Outcome { records: written, ..outcome }
+        }
+        (Ok(_), Err(e)) => Outcome { records: written, error: Some(e), ..outcome },
+        (Err(e), _) => Outcome { records: written, error: Some(e.to_string()), ..outcome },
     }
 }
 
-/// Saves the trained parameters as `<path>.bin` (Burn's binary record, full precision).
+/// One line per record, above the progress bar (or on stderr without one).
+/// One epoch line (or stream evaluation point), named after the run.
+fn print_record(progress: &ProgressBar, run: &str, record: &EpochRecord) {
+    let point = match &record.stream {
+        Some(at) => format!("pass {:>2}, batch {:>5}", record.epoch, at.batches),
+        None => format!("epoch {:>2}", record.epoch),
+    };
+    let line = format!(
+        "  {run} {point}: train loss {:.4}, holdout loss {:.4}, accuracy {:.4}, macro F1 {:.4}, {} samples/s",
+        record.train_loss,
+        record.holdout_loss,
+        record.holdout.accuracy,
+        record.holdout.macro_f1,
+        super::console::human_count(record.train_samples_per_second)
+    );
+    if progress.is_hidden() {
+        eprintln!("{line}")
+    } else {
+        progress.println(line)
+    }
+}
+
+/// Saves the trained parameters to `path` (Burn's binary record, full precision), atomically.
 fn save_model<B: AutodiffBackend>(model: &Classifier<B>, path: &Path) -> Result<(), String> {
-    use burn::module::Module;
-    use burn::record::{BinFileRecorder, FullPrecisionSettings};
-    model
-        .clone()
-        .save_file(path, &BinFileRecorder::<FullPrecisionSettings>::new())
-        .map_err(|e| format!("cannot save the model to {}.bin: {e}", path.display()))
+    let bytes = tandem_train::checkpoint::model_bytes(model)
+        .map_err(|e| format!("cannot save the model to {}: {e}", path.display()))?;
+    results::write_atomic(path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

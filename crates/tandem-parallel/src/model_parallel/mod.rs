@@ -30,7 +30,7 @@ use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use tandem_data::Encoded;
 use tandem_models::Classifier;
-use tandem_train::{EpochPlan, Strategy, TrainConfig, TrainError, TrainStats};
+use tandem_train::{EpochPlan, StateParts, Strategy, TrainConfig, TrainError, TrainStats};
 
 pub use balance::{balanced_cuts, profile_blocks};
 pub use config::{Balance, ModelParallelConfig};
@@ -236,6 +236,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         }
         let shared = Shared { plan, train, config, placement, norms: &norms, votes: &votes, stop: &stop };
         let supervisor = Supervisor {
+            kind: "stage",
             // In a multi-process job, a quarter more: a stage's wait on another rank, which may
             // start a step's computation later, fails first and names the rank.
             watchdog: if placement.ranks > 1 { timeout.mul_f64(1.25) } else { timeout },
@@ -307,6 +308,33 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             false => self.stages.iter().map(|s| s.module().clone()).collect(),
         };
         Classifier::join(parts.into_iter().map(|m| m.fork(device)).collect())
+    }
+
+    /// Every stage's parameters and optimizer state, and every device's policy state. A
+    /// process of a multi-process job holds only its own stages' optimizers, so it has none.
+    fn state(&self) -> Result<StateParts, String> {
+        if self.across.is_some() {
+            return Err("a multi-process job is not checkpointed".into());
+        }
+        let mut state = StateParts::default();
+        for (s, stage) in self.stages.iter().enumerate() {
+            state.put(format!("stage.{s}"), stage.state()?.to_bytes());
+        }
+        for (d, policy) in self.policies.iter().enumerate() {
+            state.put(format!("policy.{d}"), policy.state()?);
+        }
+        Ok(state)
+    }
+
+    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+        for (s, stage) in self.stages.iter_mut().enumerate() {
+            stage.restore(&StateParts::from_bytes(state.get(&format!("stage.{s}"))?)?)?;
+        }
+        for (d, policy) in self.policies.iter_mut().enumerate() {
+            policy.restore(state.get(&format!("policy.{d}"))?)?;
+        }
+        self.snapshot = self.stages.iter().map(|s| s.module().clone()).collect();
+        Ok(())
     }
 }
 

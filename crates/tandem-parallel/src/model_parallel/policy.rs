@@ -90,6 +90,10 @@ pub trait StepPolicy<B: AutodiffBackend>: Send {
     fn after_update(&mut self, stages: &[&mut Stage<B>], loss: Option<f64>, peers: &Peers) -> Result<(), StepError>;
     /// Bytes of control messages this device sent in the current epoch.
     fn control_bytes(&self) -> u64;
+    /// The policy's state between steps, to checkpoint a run (an error where it cannot be).
+    fn state(&self) -> Result<Vec<u8>, String>;
+    /// Continues from [`StepPolicy::state`]'s bytes.
+    fn restore(&mut self, state: &[u8]) -> Result<(), String>;
     /// The epoch's protocol figures (names, step counts, horizons, forecast error); starts a new
     /// epoch. The pipeline fills in the figures over all devices (control bytes, prediction
     /// time, replayed samples).

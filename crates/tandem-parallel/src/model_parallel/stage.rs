@@ -14,8 +14,9 @@ use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Bool, Int, Tensor};
 use tandem_models::{Activation, Classifier};
+use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::{self, AnyOptimizer};
-use tandem_train::TrainConfig;
+use tandem_train::{StateParts, TrainConfig};
 
 /// What crosses a boundary: a plain (non-autodiff) activation or gradient.
 pub type Wire<B> = Activation<<B as AutodiffBackend>::InnerBackend>;
@@ -164,6 +165,21 @@ impl<B: AutodiffBackend> Stage<B> {
     pub(crate) fn set_parameter_values(&mut self, values: &[f32]) {
         let module = self.module.take().expect(HELD);
         self.module = Some(module.with_parameter_values(values));
+    }
+
+    /// The stage's parameters and optimizer state, between steps.
+    pub(crate) fn state(&self) -> Result<StateParts, String> {
+        let mut state = StateParts::default();
+        state.put("module", model_bytes(self.module())?);
+        state.put("optimizer", self.optimizer.state()?.to_bytes());
+        Ok(state)
+    }
+
+    /// Continues from [`Stage::state`]'s parts.
+    pub(crate) fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+        let module = self.module.take().expect(HELD);
+        self.module = Some(load_model_bytes(module, state.get("module")?, &self.device)?);
+        self.optimizer.restore(&StateParts::from_bytes(state.get("optimizer")?)?, &self.device)
     }
 
     /// Drops any half-finished micro-batches and gradients (after a failure elsewhere).

@@ -1,0 +1,264 @@
+//! Runs you can interrupt and resume: a rerun of a finished run does nothing, a changed
+//! manifest is refused, a run killed (SIGKILL) or interrupted (SIGINT, SIGTERM) after an epoch
+//! resumes to the same bytes as a run never stopped, for every strategy kind, on flex.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{data_dir, tandem};
+
+const SEQUENTIAL: &str = "kind = \"sequential\"";
+/// Replicas (and stages) draw dropout masks from the backend's one generator concurrently, so
+/// these runs are bit-reproducible without dropout only (their summary says so otherwise).
+const NO_DROPOUT: &str = "dropout = 0.0\n";
+const DATA_PARALLEL: &str = "kind = \"data-parallel\"\nreplicas = 2";
+const MODEL_PARALLEL: &str = "kind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 4";
+const PREDICTIVE_SYNC: &str = "kind = \"predictive-sync\"\nmodel_parallel = { stages = 2, schedule = \"gpipe\", micro_batches = 2 }\ntrigger = { kind = \"periodic\", every = 3 }";
+
+/// A manifest of one GRU run under `strategy`, `epochs` epochs over `rows` rows, on flex; the
+/// model's table ends with `model_extra`.
+fn manifest(dir: &Path, data: &Path, strategy: &str, epochs: usize, rows: usize, model_extra: &str) -> PathBuf {
+    let path = dir.join(format!("m-{epochs}-{rows}-{}.toml", strategy.len()));
+    let text = format!(
+        "[experiment]\nname = \"resume\"\nseeds = [7]\nbackend = \"flex\"\n\n[data]\ndir = \"{}\"\nmax_len = 24\n\
+         max_train_rows = {rows}\nmax_holdout_rows = 64\nvocab = {{ max_size = 2000, min_freq = 1 }}\n\n[train]\n\
+         epochs = {epochs}\nbatch_size = 16\n\n[[strategies]]\n{strategy}\n\n[[models]]\nname = \"gru\"\n\
+         architecture = \"gru\"\nembedding_dim = 16\nhidden = 32\n{model_extra}",
+        data.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The one run folder of the experiment under `out`.
+fn run_dir(out: &Path) -> PathBuf {
+    let experiment = out.join("resume");
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(&experiment).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(runs.len(), 1, "one run folder, no copies: {runs:?}");
+    runs.pop().unwrap()
+}
+
+fn run_args(manifest: &Path, out: &Path) -> Vec<String> {
+    ["run", manifest.to_str().unwrap(), "--offline", "--out", out.to_str().unwrap()].map(String::from).to_vec()
+}
+
+fn spawn(manifest: &Path, out: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(run_args(manifest, out))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the run under `out` has written `file` (its checkpoint, or its first epoch's
+/// record); fails when the process ends first.
+fn wait_for(child: &mut Child, out: &Path, file: &str) {
+    let started = Instant::now();
+    loop {
+        let dir = out.join("resume");
+        let found = std::fs::read_dir(&dir).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path());
+        if found.is_some_and(|run| run.join(file).is_file()) {
+            return;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before writing {file}");
+        assert!(started.elapsed() < Duration::from_secs(300), "no checkpoint after 5 minutes");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Each record's results, without the timings (which differ from run to run).
+fn results_of(dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("epochs.jsonl")).unwrap();
+    text.lines()
+        .map(|line| {
+            let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let record = v.as_object_mut().unwrap();
+            for timing in ["train_seconds", "eval_seconds", "train_samples_per_second", "figures"] {
+                record.remove(timing);
+            }
+            v
+        })
+        .collect()
+}
+
+fn summary_of(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Every file of `dir` with its bytes and modification time.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, SystemTime)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+            (path.clone(), std::fs::read(&path).unwrap(), modified)
+        })
+        .collect();
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    files
+}
+
+#[test]
+fn a_rerun_trains_nothing_a_changed_manifest_is_refused_and_identical_runs_write_identical_bytes() {
+    let Some(data) = data_dir() else { return eprintln!("AG News not found: skipped") };
+    let tmp = tempfile::tempdir().unwrap();
+    let m = manifest(tmp.path(), &data, SEQUENTIAL, 2, 96, "");
+    let out = tmp.path().join("out");
+    let (ok, _, stderr) = tandem(&run_args(&m, &out).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{stderr}");
+    let dir = run_dir(&out);
+    assert!(!dir.join("checkpoint.bin").exists(), "a finished run keeps no checkpoint");
+    assert!(summary_of(&dir)["manifest_hash"].is_string());
+    let before = snapshot(&dir);
+
+    let (ok, _, stderr) = tandem(&run_args(&m, &out).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("skipped") && !stderr.contains("epoch  1"), "{stderr}");
+    assert_eq!(snapshot(&dir), before, "the rerun wrote nothing");
+    run_dir(&out);
+
+    let changed = manifest(tmp.path(), &data, SEQUENTIAL, 3, 96, "");
+    let (ok, _, stderr) = tandem(&run_args(&changed, &out).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!ok && stderr.contains("another manifest") && stderr.contains("train.epochs"), "{stderr}");
+    assert_eq!(snapshot(&dir), before, "the refused run wrote nothing");
+
+    let lock = dir.join("run.lock");
+    std::fs::write(&lock, format!("{}\n", std::process::id())).unwrap();
+    let mut fresh = run_args(&m, &out);
+    fresh.push("--fresh".into());
+    let (ok, _, stderr) = tandem(&fresh.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!ok && stderr.contains("run.lock"), "a locked run is refused, naming the lock: {stderr}");
+    std::fs::remove_file(&lock).unwrap();
+
+    let (ok, _, stderr) = tandem(&fresh.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("epoch  2"), "--fresh trains again: {stderr}");
+    let model = |files: &[(PathBuf, Vec<u8>, SystemTime)]| {
+        files.iter().find(|f| f.0.ends_with("model.bin")).map(|f| f.1.clone()).unwrap()
+    };
+    assert!(model(&snapshot(&dir)) == model(&before), "two identical runs write identical model.bin bytes");
+    assert_eq!(results_of(&dir).len(), 2);
+}
+
+/// Runs `strategy` uninterrupted, then again stopped by `stop` (which kills or signals the
+/// process) once it wrote `file`, and runs it once more; the resumed run ends with the same
+/// model bytes and records. Returns the stopped process's exit status, the stderr of the
+/// stopped and the resumed process, and the results folder (kept, for the caller to look at).
+fn stopped_and_resumed(
+    strategy: &str,
+    model_extra: &str,
+    file: &str,
+    stop: impl Fn(&mut Child),
+) -> Option<(Option<i32>, String, PathBuf)> {
+    let data = data_dir()?;
+    let tmp = tempfile::tempdir().unwrap();
+    let m = manifest(tmp.path(), &data, strategy, 3, 1600, model_extra);
+    let whole = tmp.path().join("whole");
+    let (ok, _, stderr) = tandem(&run_args(&m, &whole).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{stderr}");
+
+    let out = tmp.path().join("stopped");
+    let mut child = spawn(&m, &out);
+    wait_for(&mut child, &out, file);
+    stop(&mut child);
+    let stopped = child.wait_with_output().unwrap();
+    let dir = run_dir(&out);
+    let left = summary_of_if_any(&dir).map(|s| s["status"].clone());
+    let (ok, _, resumed) = tandem(&run_args(&m, &out).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{resumed}");
+    let (expected, got) = (run_dir(&whole), run_dir(&out));
+    assert!(
+        std::fs::read(expected.join("model.bin")).unwrap() == std::fs::read(got.join("model.bin")).unwrap(),
+        "{strategy}: the resumed run ends with other parameters ({resumed})"
+    );
+    assert_eq!(results_of(&got), results_of(&expected), "{strategy}");
+    assert_eq!(summary_of(&got)["status"], "finished");
+    assert!(!got.join("checkpoint.bin").exists());
+    let stderr = String::from_utf8_lossy(&stopped.stderr).into_owned();
+    let keep = tmp.keep();
+    Some((
+        stopped.status.code(),
+        format!("{stderr}\nsummary left: {left:?}\n--- resumed:\n{resumed}"),
+        keep.join("stopped"),
+    ))
+}
+
+fn summary_of_if_any(dir: &Path) -> Option<serde_json::Value> {
+    dir.join("summary.json").is_file().then(|| summary_of(dir))
+}
+
+fn kill(child: &mut Child) {
+    child.kill().unwrap();
+}
+
+fn killed_and_resumed(strategy: &str, model_extra: &str) {
+    if let Some((status, stderr, out)) = stopped_and_resumed(strategy, model_extra, "checkpoint.bin", kill) {
+        assert_eq!(status, None, "killed by a signal: {stderr}");
+        assert!(stderr.contains("summary left: None"), "SIGKILL leaves no summary: {stderr}");
+        assert!(stderr.contains("resuming after"), "{stderr}");
+        let _ = std::fs::remove_dir_all(out.parent().unwrap());
+    }
+}
+
+#[test]
+fn a_killed_sequential_run_resumes_to_identical_bytes() {
+    // With dropout: the backend is reseeded at every epoch from the run's seed.
+    killed_and_resumed(SEQUENTIAL, "");
+}
+
+#[test]
+fn a_killed_data_parallel_run_resumes_to_identical_bytes() {
+    killed_and_resumed(DATA_PARALLEL, NO_DROPOUT);
+}
+
+#[test]
+fn a_killed_model_parallel_run_resumes_to_identical_bytes() {
+    killed_and_resumed(MODEL_PARALLEL, NO_DROPOUT);
+}
+
+#[test]
+fn a_killed_predictive_sync_run_starts_over_to_identical_bytes() {
+    // Its predictors and triggers are not checkpointed: the rerun starts over, and says so.
+    if let Some((_, stderr, out)) = stopped_and_resumed(PREDICTIVE_SYNC, NO_DROPOUT, "epochs.jsonl", kill) {
+        assert!(stderr.contains("no checkpoints for this run"), "{stderr}");
+        let _ = std::fs::remove_dir_all(out.parent().unwrap());
+    }
+}
+
+fn signal(name: &'static str) -> impl Fn(&mut Child) {
+    move |child: &mut Child| {
+        let sent = Command::new("kill").args([name, &child.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+    }
+}
+
+#[test]
+fn sigint_and_sigterm_write_an_interrupted_summary_and_exit_130_and_143() {
+    for (name, code) in [("-INT", 130), ("-TERM", 143)] {
+        let Some((status, stderr, out)) = stopped_and_resumed(SEQUENTIAL, "", "checkpoint.bin", signal(name)) else {
+            return;
+        };
+        assert_eq!(status, Some(code), "{stderr}");
+        assert!(stderr.contains("summary left: Some(String(\"interrupted\"))"), "{stderr}");
+        assert!(stderr.contains("interrupted") && stderr.contains("resumes it"), "{stderr}");
+        assert!(stderr.contains("resuming after"), "{stderr}");
+        let _ = std::fs::remove_dir_all(out.parent().unwrap());
+    }
+}
+
+#[test]
+fn a_data_parallel_run_with_dropout_says_it_may_not_be_reproduced() {
+    let Some(data) = data_dir() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let m = manifest(tmp.path(), &data, DATA_PARALLEL, 1, 64, "");
+    let out = tmp.path().join("out");
+    let (ok, _, stderr) = tandem(&run_args(&m, &out).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{stderr}");
+    let note = summary_of(&run_dir(&out))["reproducibility"].as_str().unwrap_or_default().to_string();
+    assert!(note.contains("dropout"), "{note}");
+}

@@ -1,0 +1,63 @@
+//! A run's checkpoint file, written atomically at every epoch or evaluation point (keep-last:
+//! each replaces the one before) and removed when the run finishes; and what the summary says
+//! about reproducing a run bit for bit.
+
+use std::path::PathBuf;
+
+use burn::tensor::backend::AutodiffBackend;
+use tandem_train::Strategy;
+
+use super::context::RunContext;
+use super::resume::{checkpoint_bytes, CHECKPOINT};
+use crate::results;
+
+/// Writes a run's checkpoints (when the run has them).
+pub(super) struct Checkpoints {
+    path: Option<PathBuf>,
+    /// Said once that the strategy cannot be checkpointed.
+    noted: bool,
+}
+
+impl Checkpoints {
+    pub fn new(ctx: &RunContext) -> Self {
+        Self { path: (ctx.checkpoints && ctx.writes_results).then(|| ctx.dir.join(CHECKPOINT)), noted: false }
+    }
+
+    /// Replaces the checkpoint by `strategy`'s state after `points_done` records. A strategy
+    /// that cannot be checkpointed is noted once (an interrupted run of it starts over).
+    pub fn write<B: AutodiffBackend>(&mut self, strategy: &dyn Strategy<B>, points_done: usize) -> Result<(), String> {
+        let Some(path) = &self.path else { return Ok(()) };
+        match strategy.state() {
+            Ok(state) => results::write_atomic(path, &checkpoint_bytes(points_done, &state))
+                .map_err(|e| format!("cannot write {}: {e}", path.display())),
+            Err(e) => {
+                if !self.noted {
+                    eprintln!("note: no checkpoints for this run ({e}): if stopped, it starts over");
+                    self.noted = true;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the checkpoint of a finished run.
+    pub fn remove(&self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Why a run may not be reproduced bit for bit: replicas or stages that draw dropout masks
+/// from the backend's one process-wide generator, concurrently, in an order that varies.
+pub(super) fn reproducibility(ctx: &RunContext) -> Option<String> {
+    let workers = ctx.strategy.num_devices();
+    let config = toml::Value::try_from(&ctx.entry.config).ok()?;
+    let dropout =
+        config.as_table()?.iter().any(|(k, v)| k.ends_with("dropout") && v.as_float().is_some_and(|d| d > 0.0));
+    (workers > 1 && dropout).then(|| {
+        "dropout on several replicas or stages: they draw their masks from the backend's one random generator \
+         concurrently, so repeated runs may differ"
+            .to_string()
+    })
+}

@@ -1,0 +1,208 @@
+//! What a run folder that already exists means for a new `tandem run`: a finished run of the
+//! same resolved manifest is skipped, an unfinished one continues from its checkpoint, and a
+//! folder of a different manifest is refused (naming what changed) unless `--fresh`. A lock
+//! file keeps two processes out of the same folder.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tandem_results::folder::{read_run, RunState};
+use tandem_train::{EpochRecord, StateParts};
+
+use super::RunError;
+use crate::results::RunSummary;
+
+/// The checkpoint's file name in a run folder.
+pub(super) const CHECKPOINT: &str = "checkpoint.bin";
+const LOCK: &str = "run.lock";
+
+/// What to do with a run.
+pub(super) enum Plan {
+    /// Finished before with the same manifest: nothing to do.
+    Skip(Box<RunSummary>),
+    /// Train from the start.
+    Start,
+    /// Continue after the checkpoint's records.
+    Resume(Checkpoint),
+}
+
+/// A run's state after its last recorded epoch or evaluation point.
+pub(super) struct Checkpoint {
+    pub records: Vec<EpochRecord>,
+    pub strategy: StateParts,
+}
+
+/// Holds a run folder's lock file; removes it when dropped.
+pub(super) struct RunLock(PathBuf);
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// FNV-1a of the resolved manifest's text, in hex.
+pub(super) fn manifest_hash(resolved_toml: &str) -> String {
+    format!("{:016x}", tandem_parallel::fingerprint(resolved_toml.as_bytes()))
+}
+
+/// Locks `dir` (creating it) and decides what to do with the run whose resolved manifest is
+/// `resolved_toml`. `fresh`: whatever is there is removed and the run starts over.
+pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(RunLock, Plan), RunError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Results { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let lock = acquire(&dir.join(LOCK))?;
+    let recorded = dir.join("manifest.toml");
+    if fresh {
+        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+            let path = entry.map_err(io(dir))?.path();
+            if path != lock.0 {
+                let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+                removed.map_err(io(&path))?;
+            }
+        }
+        return Ok((lock, Plan::Start));
+    }
+    if !recorded.is_file() {
+        let others = std::fs::read_dir(dir).map_err(io(dir))?.filter_map(Result::ok).any(|e| e.path() != lock.0);
+        if others {
+            return Err(RunError::Config(format!(
+                "{} holds files but no manifest.toml: not a run folder; pass --fresh to replace it",
+                dir.display()
+            )));
+        }
+        return Ok((lock, Plan::Start));
+    }
+    let before = std::fs::read_to_string(&recorded).map_err(io(&recorded))?;
+    if before != resolved_toml {
+        return Err(RunError::Config(format!(
+            "{} was run with another manifest (changed: {}); pass --fresh to start it over, or choose another --out",
+            dir.display(),
+            changed_keys(&before, resolved_toml).join(", ")
+        )));
+    }
+    let run = read_run(dir);
+    if let (RunState::Finished, Some(summary)) = (&run.state, run.summary) {
+        return Ok((lock, Plan::Skip(Box::new(summary))));
+    }
+    let checkpoint = dir.join(CHECKPOINT);
+    if !checkpoint.is_file() {
+        return Ok((lock, Plan::Start));
+    }
+    let bytes = std::fs::read(&checkpoint).map_err(io(&checkpoint))?;
+    let damaged = |e: String| RunError::Config(format!("{}: {e}; pass --fresh to start over", checkpoint.display()));
+    let parts = StateParts::from_bytes(&bytes).map_err(damaged)?;
+    let done = parts.get("points_done").map_err(damaged)?;
+    let done = u64::from_le_bytes(done.try_into().map_err(|_| damaged("`points_done` is damaged".into()))?) as usize;
+    if run.epochs.len() < done {
+        return Err(damaged(format!("epochs.jsonl holds {} records, the checkpoint {done}", run.epochs.len())));
+    }
+    let strategy = StateParts::from_bytes(parts.get("strategy").map_err(damaged)?).map_err(damaged)?;
+    let records = run.epochs.into_iter().take(done).collect();
+    Ok((lock, Plan::Resume(Checkpoint { records, strategy })))
+}
+
+/// A checkpoint file's bytes: the records done and the strategy's state.
+pub(super) fn checkpoint_bytes(points_done: usize, strategy: &StateParts) -> Vec<u8> {
+    let mut parts = StateParts::default();
+    parts.put("points_done", (points_done as u64).to_le_bytes().to_vec());
+    parts.put("strategy", strategy.to_bytes());
+    parts.to_bytes()
+}
+
+/// Creates the lock file (holding this process's id); a lock left by a process that no longer
+/// runs is taken over.
+fn acquire(path: &Path) -> Result<RunLock, RunError> {
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+            Ok(mut file) => {
+                let _ = writeln!(file, "{}", std::process::id());
+                return Ok(RunLock(path.to_path_buf()));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u32>().ok());
+                match holder {
+                    Some(pid) if !process_runs(pid) => {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    _ => break,
+                }
+            }
+            Err(source) => return Err(RunError::Results { path: path.to_path_buf(), source }),
+        }
+    }
+    Err(RunError::Config(format!(
+        "{} exists: another `tandem run` is writing this run (remove the file if none is)",
+        path.display()
+    )))
+}
+
+/// Whether a process with id `pid` runs on this machine (Linux: `/proc/<pid>`; elsewhere a
+/// lock is never taken over).
+fn process_runs(pid: u32) -> bool {
+    !Path::new("/proc/self").exists() || Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The dotted keys whose values differ between two manifests' texts (added and removed
+/// included).
+fn changed_keys(before: &str, after: &str) -> Vec<String> {
+    let parse = |text: &str| text.parse::<toml::Table>().unwrap_or_default();
+    let mut keys = Vec::new();
+    diff("", &toml::Value::Table(parse(before)), &toml::Value::Table(parse(after)), &mut keys);
+    if keys.is_empty() {
+        keys.push("the text".into());
+    }
+    keys
+}
+
+fn diff(prefix: &str, before: &toml::Value, after: &toml::Value, keys: &mut Vec<String>) {
+    let join = |key: &str| if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") };
+    match (before, after) {
+        (toml::Value::Table(a), toml::Value::Table(b)) => {
+            let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+            names.sort();
+            names.dedup();
+            for name in names {
+                match (a.get(name), b.get(name)) {
+                    (Some(x), Some(y)) => diff(&join(name), x, y, keys),
+                    _ => keys.push(join(name)),
+                }
+            }
+        }
+        (toml::Value::Array(a), toml::Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                diff(&format!("{prefix}[{i}]"), x, y, keys);
+            }
+        }
+        (a, b) if a != b => keys.push(prefix.to_string()),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_keys_name_every_difference() {
+        let before = "[train]\nepochs = 2\nbatch_size = 32\n[[models]]\nname = \"a\"\nhidden = 8\n";
+        let after = "[train]\nepochs = 3\nbatch_size = 32\nthreads = 2\n[[models]]\nname = \"a\"\nhidden = 16\n";
+        assert_eq!(changed_keys(before, after), ["models[0].hidden", "train.epochs", "train.threads"]);
+    }
+
+    #[test]
+    fn a_second_lock_is_refused_and_a_stale_one_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOCK);
+        let held = acquire(&path).unwrap();
+        let refused = acquire(&path).err().unwrap().to_string();
+        assert!(refused.contains("run.lock") && refused.contains("another `tandem run`"), "{refused}");
+        drop(held);
+        assert!(!path.exists());
+        std::fs::write(&path, "4000000000\n").unwrap();
+        drop(acquire(&path).unwrap());
+    }
+}

@@ -1,0 +1,143 @@
+//! What a strategy saves to continue a run exactly: named byte parts (models and optimizer
+//! states as Burn binary records, full precision), and parameter ids that depend only on a
+//! parameter's place in the model, so identical runs write identical bytes.
+//!
+//! Burn's recorders are used directly, not burn-train's `FileCheckpointer`: that checkpointer
+//! saves one model and one optimizer per file and writes in place, while a Tandem strategy
+//! holds several (replicas, stages, a predictor's history) and a checkpoint must appear whole
+//! or not at all; so every part is recorded to bytes and the runner writes the lot atomically.
+
+use burn::module::{Module, ModuleMapper, Param, ParamId};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+use tandem_models::Classifier;
+
+/// A strategy's state: parts in the order they were put, each with a name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StateParts {
+    parts: Vec<(String, Vec<u8>)>,
+}
+
+impl StateParts {
+    /// Adds a part named `name`.
+    pub fn put(&mut self, name: impl Into<String>, bytes: Vec<u8>) {
+        self.parts.push((name.into(), bytes));
+    }
+
+    /// The part named `name`; the error names it when it is missing.
+    pub fn get(&self, name: &str) -> Result<&[u8], String> {
+        self.parts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.as_slice())
+            .ok_or_else(|| format!("the checkpoint has no `{name}`"))
+    }
+
+    /// One buffer: for each part its name's length, name, length and bytes (little endian).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, bytes) in &self.parts {
+            for chunk in [name.as_bytes(), bytes.as_slice()] {
+                out.extend_from_slice(&(chunk.len() as u64).to_le_bytes());
+                out.extend_from_slice(chunk);
+            }
+        }
+        out
+    }
+
+    /// Reads [`StateParts::to_bytes`]'s buffer back.
+    pub fn from_bytes(mut bytes: &[u8]) -> Result<Self, String> {
+        let take = |bytes: &mut &[u8]| -> Result<Vec<u8>, String> {
+            let truncated = || "the checkpoint is truncated".to_string();
+            let len = u64::from_le_bytes(bytes.get(..8).ok_or_else(truncated)?.try_into().unwrap()) as usize;
+            let chunk = bytes.get(8..8 + len).ok_or_else(truncated)?.to_vec();
+            *bytes = &bytes[8 + len..];
+            Ok(chunk)
+        };
+        let mut parts = Vec::new();
+        while !bytes.is_empty() {
+            let name = String::from_utf8(take(&mut bytes)?).map_err(|_| "the checkpoint is damaged".to_string())?;
+            parts.push((name, take(&mut bytes)?));
+        }
+        Ok(Self { parts })
+    }
+}
+
+fn recorder() -> BinBytesRecorder<FullPrecisionSettings> {
+    BinBytesRecorder::default()
+}
+
+/// `model`'s parameters as Burn's binary record, full precision (the bytes of `model.bin`).
+pub fn model_bytes<B: Backend>(model: &Classifier<B>) -> Result<Vec<u8>, String> {
+    Recorder::<B>::record(&recorder(), model.clone().into_record(), ()).map_err(|e| e.to_string())
+}
+
+/// `model` with the parameters of [`model_bytes`]'s record, on `device`.
+pub fn load_model_bytes<B: Backend>(
+    model: Classifier<B>,
+    bytes: &[u8],
+    device: &B::Device,
+) -> Result<Classifier<B>, String> {
+    let record = Recorder::<B>::load(&recorder(), bytes.to_vec(), device).map_err(|e| e.to_string())?;
+    Ok(model.load_record(record))
+}
+
+/// Records `record` to bytes (optimizer states and other Burn records).
+pub fn record_bytes<B: Backend, R: burn::record::Record<B>>(record: R) -> Result<Vec<u8>, String> {
+    Recorder::<B>::record(&recorder(), record, ()).map_err(|e| e.to_string())
+}
+
+/// Loads a record of [`record_bytes`] onto `device`.
+pub fn load_record_bytes<B: Backend, R: burn::record::Record<B>>(
+    bytes: &[u8],
+    device: &B::Device,
+) -> Result<R, String> {
+    Recorder::<B>::load(&recorder(), bytes.to_vec(), device).map_err(|e| e.to_string())
+}
+
+/// Gives every parameter of `model` the id of its place in the model (0, 1, 2… in visiting
+/// order) instead of Burn's random one, so that the records of identical runs are identical.
+pub fn number_parameters<B: Backend>(model: Classifier<B>) -> Classifier<B> {
+    model.map(&mut Numbering(0))
+}
+
+struct Numbering(u64);
+
+impl Numbering {
+    fn next<T: burn::module::Parameter>(&mut self, mut param: Param<T>) -> Param<T> {
+        param.id = ParamId::from(self.0);
+        self.0 += 1;
+        param
+    }
+}
+
+impl<B: Backend> ModuleMapper<B> for Numbering {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        self.next(param)
+    }
+    fn map_int<const D: usize>(&mut self, param: Param<Tensor<B, D, Int>>) -> Param<Tensor<B, D, Int>> {
+        self.next(param)
+    }
+    fn map_bool<const D: usize>(&mut self, param: Param<Tensor<B, D, Bool>>) -> Param<Tensor<B, D, Bool>> {
+        self.next(param)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_round_trip_and_name_what_is_missing() {
+        let mut parts = StateParts::default();
+        parts.put("model", vec![1, 2, 3]);
+        parts.put("empty", Vec::new());
+        let back = StateParts::from_bytes(&parts.to_bytes()).unwrap();
+        assert_eq!(back, parts);
+        assert_eq!(back.get("model").unwrap(), &[1, 2, 3]);
+        assert!(back.get("optimizer").unwrap_err().contains("`optimizer`"));
+        let bytes = parts.to_bytes();
+        assert!(StateParts::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+    }
+}
