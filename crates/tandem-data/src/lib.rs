@@ -24,6 +24,8 @@ pub use dir::{
 };
 pub use error::DataError;
 pub use fetch::{fetch, fetch_with, FetchOptions, FetchReport, DEFAULT_ARCHIVE_URL};
-pub use split::{load_splits, load_splits_with, stratified_split, stratified_subset, SplitConfig, SplitMode, Splits};
+pub use split::{
+    load_splits, load_splits_with, stratified_split, stratified_subset, thousands, SplitConfig, SplitMode, Splits,
+};
 pub use text::tokenize;
 pub use vocab::{Vocab, VocabConfig};

@@ -261,7 +261,7 @@ fn percent(fraction: f64) -> String {
 }
 
 /// `120000` → `"120,000"`.
-pub(crate) fn thousands(n: usize) -> String {
+pub fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

@@ -136,18 +136,12 @@ pub fn human_count(x: f64) -> String {
     if !x.is_finite() {
         return "–".into();
     }
-    let digits = format!("{:.0}", x.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    let digits = tandem_data::thousands(x.abs().round() as usize);
     if x < 0.0 && digits != "0" {
-        out.push('-');
+        format!("-{digits}")
+    } else {
+        digits
     }
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A duration as people say it: `42 s`, `1 min 46 s`, `2 h 05 min`.
