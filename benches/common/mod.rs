@@ -57,6 +57,7 @@ pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, ste
             data,
             first_step: 0,
             total_steps: all.len(),
+            rng_seed: 1,
             on_batch: &|_| {},
         };
         strategy.train_epoch(&plan).expect("training step")

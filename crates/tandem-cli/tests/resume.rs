@@ -1,6 +1,7 @@
 //! Runs you can interrupt and resume: a rerun of a finished run does nothing, a changed
 //! manifest is refused, a run killed (SIGKILL) or interrupted (SIGINT, SIGTERM) after an epoch
-//! resumes to the same bytes as a run never stopped, for every strategy kind, on flex.
+//! or a stream's evaluation point resumes to the same bytes as a run never stopped, for every
+//! strategy kind, with dropout, on flex.
 
 mod common;
 
@@ -11,22 +12,27 @@ use std::time::{Duration, Instant, SystemTime};
 use common::{data_dir, tandem};
 
 const SEQUENTIAL: &str = "kind = \"sequential\"";
-/// Replicas (and stages) draw dropout masks from the backend's one generator concurrently, so
-/// these runs are bit-reproducible without dropout only (their summary says so otherwise).
-const NO_DROPOUT: &str = "dropout = 0.0\n";
 const DATA_PARALLEL: &str = "kind = \"data-parallel\"\nreplicas = 2";
-const MODEL_PARALLEL: &str = "kind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 4";
-const PREDICTIVE_SYNC: &str = "kind = \"predictive-sync\"\nmodel_parallel = { stages = 2, schedule = \"gpipe\", micro_batches = 2 }\ntrigger = { kind = \"periodic\", every = 3 }";
+/// Cut explicitly: a balance by time measures each run anew, and the uninterrupted run this is
+/// compared with might cut elsewhere (a resumed run cuts where its checkpoint says).
+const MODEL_PARALLEL: &str =
+    "kind = \"model-parallel\"\nstages = 2\ncuts = [1]\nschedule = \"1f1b\"\nmicro_batches = 4";
+const PREDICTIVE_SYNC: &str = "kind = \"predictive-sync\"\nmodel_parallel = { stages = 2, cuts = [1], schedule = \"gpipe\", micro_batches = 2 }\npredictor = { kind = \"holt\" }\ntrigger = { kind = \"adaptive\" }\nreplay_batches = 2";
+/// Local learning with compressed transfers (AQ-SGD copies), a replay buffer and an auxiliary
+/// head: every kind of state a protocol keeps.
+const LOCAL_LEARNING: &str = "kind = \"local-learning\"\nmodel_parallel = { stages = 2, cuts = [1], schedule = \"1f1b\", micro_batches = 2, compression = { activation_bits = 4, gradient_bits = 8, scheme = \"delta\" } }\ntrigger = { kind = \"periodic\", every = 4 }\ntransfer_every = 2\nlater_stages = { kind = \"replay\", buffer_batches = 2 }";
+/// Stream mode: 2 passes over the rows, evaluated every 25 batches (checkpoints mid-pass).
+const STREAM: &str = "stream = { eval_every = 25 }\n";
 
-/// A manifest of one GRU run under `strategy`, `epochs` epochs over `rows` rows, on flex; the
-/// model's table ends with `model_extra`.
-fn manifest(dir: &Path, data: &Path, strategy: &str, epochs: usize, rows: usize, model_extra: &str) -> PathBuf {
-    let path = dir.join(format!("m-{epochs}-{rows}-{}.toml", strategy.len()));
+/// A manifest of one GRU run (with dropout) under `strategy`, `epochs` epochs over `rows` rows,
+/// on flex; the `[train]` table ends with `train_extra`.
+fn manifest(dir: &Path, data: &Path, strategy: &str, epochs: usize, rows: usize, train_extra: &str) -> PathBuf {
+    let path = dir.join(format!("m-{epochs}-{rows}-{}-{}.toml", strategy.len(), train_extra.len()));
     let text = format!(
         "[experiment]\nname = \"resume\"\nseeds = [7]\nbackend = \"flex\"\n\n[data]\ndir = \"{}\"\nmax_len = 24\n\
          max_train_rows = {rows}\nmax_holdout_rows = 64\nvocab = {{ max_size = 2000, min_freq = 1 }}\n\n[train]\n\
-         epochs = {epochs}\nbatch_size = 16\n\n[[strategies]]\n{strategy}\n\n[[models]]\nname = \"gru\"\n\
-         architecture = \"gru\"\nembedding_dim = 16\nhidden = 32\n{model_extra}",
+         epochs = {epochs}\nbatch_size = 16\n{train_extra}\n[[strategies]]\n{strategy}\n\n[[models]]\nname = \"gru\"\n\
+         architecture = \"gru\"\nembedding_dim = 16\nhidden = 32\n",
         data.display()
     );
     std::fs::write(&path, text).unwrap();
@@ -151,13 +157,14 @@ fn a_rerun_trains_nothing_a_changed_manifest_is_refused_and_identical_runs_write
 /// stopped and the resumed process, and the results folder (kept, for the caller to look at).
 fn stopped_and_resumed(
     strategy: &str,
-    model_extra: &str,
+    train_extra: &str,
     file: &str,
     stop: impl Fn(&mut Child),
 ) -> Option<(Option<i32>, String, PathBuf)> {
     let data = data_dir()?;
     let tmp = tempfile::tempdir().unwrap();
-    let m = manifest(tmp.path(), &data, strategy, 3, 1600, model_extra);
+    let epochs = if train_extra.contains("stream") { 2 } else { 3 };
+    let m = manifest(tmp.path(), &data, strategy, epochs, 1600, train_extra);
     let whole = tmp.path().join("whole");
     let (ok, _, stderr) = tandem(&run_args(&m, &whole).iter().map(String::as_str).collect::<Vec<_>>());
     assert!(ok, "{stderr}");
@@ -196,8 +203,8 @@ fn kill(child: &mut Child) {
     child.kill().unwrap();
 }
 
-fn killed_and_resumed(strategy: &str, model_extra: &str) {
-    if let Some((status, stderr, out)) = stopped_and_resumed(strategy, model_extra, "checkpoint.bin", kill) {
+fn killed_and_resumed(strategy: &str, train_extra: &str) {
+    if let Some((status, stderr, out)) = stopped_and_resumed(strategy, train_extra, "checkpoint.bin", kill) {
         assert_eq!(status, None, "killed by a signal: {stderr}");
         assert!(stderr.contains("summary left: None"), "SIGKILL leaves no summary: {stderr}");
         assert!(stderr.contains("resuming after"), "{stderr}");
@@ -207,27 +214,27 @@ fn killed_and_resumed(strategy: &str, model_extra: &str) {
 
 #[test]
 fn a_killed_sequential_run_resumes_to_identical_bytes() {
-    // With dropout: the backend is reseeded at every epoch from the run's seed.
     killed_and_resumed(SEQUENTIAL, "");
 }
 
 #[test]
 fn a_killed_data_parallel_run_resumes_to_identical_bytes() {
-    killed_and_resumed(DATA_PARALLEL, NO_DROPOUT);
+    killed_and_resumed(DATA_PARALLEL, "");
 }
 
 #[test]
 fn a_killed_model_parallel_run_resumes_to_identical_bytes() {
-    killed_and_resumed(MODEL_PARALLEL, NO_DROPOUT);
+    killed_and_resumed(MODEL_PARALLEL, "");
 }
 
 #[test]
-fn a_killed_predictive_sync_run_starts_over_to_identical_bytes() {
-    // Its predictors and triggers are not checkpointed: the rerun starts over, and says so.
-    if let Some((_, stderr, out)) = stopped_and_resumed(PREDICTIVE_SYNC, NO_DROPOUT, "epochs.jsonl", kill) {
-        assert!(stderr.contains("no checkpoints for this run"), "{stderr}");
-        let _ = std::fs::remove_dir_all(out.parent().unwrap());
-    }
+fn a_killed_predictive_sync_run_resumes_to_identical_bytes() {
+    killed_and_resumed(PREDICTIVE_SYNC, "");
+}
+
+#[test]
+fn a_killed_local_learning_run_in_stream_mode_resumes_to_identical_bytes() {
+    killed_and_resumed(LOCAL_LEARNING, STREAM);
 }
 
 fn signal(name: &'static str) -> impl Fn(&mut Child) {
@@ -252,13 +259,35 @@ fn sigint_and_sigterm_write_an_interrupted_summary_and_exit_130_and_143() {
 }
 
 #[test]
-fn a_data_parallel_run_with_dropout_says_it_may_not_be_reproduced() {
+fn data_parallel_runs_with_dropout_repeat_bit_for_bit_on_a_cpu() {
     let Some(data) = data_dir() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let m = manifest(tmp.path(), &data, DATA_PARALLEL, 1, 64, "");
-    let out = tmp.path().join("out");
-    let (ok, _, stderr) = tandem(&run_args(&m, &out).iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(ok, "{stderr}");
-    let note = summary_of(&run_dir(&out))["reproducibility"].as_str().unwrap_or_default().to_string();
-    assert!(note.contains("dropout"), "{note}");
+    let m = manifest(tmp.path(), &data, DATA_PARALLEL, 1, 256, "");
+    let model = |out: &str| {
+        let out = tmp.path().join(out);
+        let (ok, _, stderr) = tandem(&run_args(&m, &out).iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(ok, "{stderr}");
+        assert_eq!(summary_of(&run_dir(&out))["reproducibility"], serde_json::Value::Null);
+        std::fs::read(run_dir(&out).join("model.bin")).unwrap()
+    };
+    assert!(model("first") == model("second"), "two identical data-parallel runs with dropout differ");
+}
+
+#[test]
+fn runs_on_ndarray_repeat_bit_for_bit() {
+    let Some(data) = data_dir() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for strategy in [SEQUENTIAL, MODEL_PARALLEL] {
+        let m = manifest(tmp.path(), &data, strategy, 1, 256, "");
+        let model = |out: &str| {
+            let out = tmp.path().join(out);
+            let mut args = run_args(&m, &out);
+            args.extend(["--backend".into(), "ndarray".into()]);
+            let (ok, _, stderr) = tandem(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            assert!(ok, "{stderr}");
+            std::fs::read(run_dir(&out).join("model.bin")).unwrap()
+        };
+        let label = strategy.len();
+        assert!(model(&format!("a{label}")) == model(&format!("b{label}")), "{strategy}: two runs on ndarray differ");
+    }
 }

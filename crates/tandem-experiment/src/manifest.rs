@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tandem_data::{SplitMode, VocabConfig};
 use tandem_models::ModelConfig;
 use tandem_parallel::{DataParallelConfig, ModelParallelConfig};
-use tandem_sync::PredictiveSyncConfig;
+use tandem_sync::{LocalLearningConfig, PredictiveSyncConfig};
 use tandem_train::TrainConfig;
 
 use crate::backend::BackendKind;
@@ -125,6 +125,9 @@ pub enum StrategyConfig {
     ModelParallel(ModelParallelConfig),
     /// Model parallelism whose stages skip most exchanges, predicting their parameters instead.
     PredictiveSync(PredictiveSyncConfig),
+    /// Model parallelism whose stages keep learning between real steps, each on a loss of its
+    /// own (auxiliary heads, features replay, activations sent forward only).
+    LocalLearning(LocalLearningConfig),
 }
 
 impl Default for StrategyConfig {
@@ -150,6 +153,7 @@ impl StrategyConfig {
             Self::DataParallel(_) => "data-parallel",
             Self::ModelParallel(_) => "model-parallel",
             Self::PredictiveSync(_) => "predictive-sync",
+            Self::LocalLearning(_) => "local-learning",
         }
     }
 
@@ -161,6 +165,7 @@ impl StrategyConfig {
             Self::DataParallel(c) => c.label(),
             Self::ModelParallel(c) => c.label(),
             Self::PredictiveSync(c) => c.label(),
+            Self::LocalLearning(c) => c.label(),
         }
     }
 
@@ -177,6 +182,17 @@ impl StrategyConfig {
         match self {
             Self::ModelParallel(c) => Some(c.stages),
             Self::PredictiveSync(c) => Some(c.model_parallel.stages),
+            Self::LocalLearning(c) => Some(c.model_parallel.stages),
+            _ => None,
+        }
+    }
+
+    /// The model-parallel settings of a strategy that cuts the model into stages.
+    pub fn model_parallel_mut(&mut self) -> Option<&mut ModelParallelConfig> {
+        match self {
+            Self::ModelParallel(c) => Some(c),
+            Self::PredictiveSync(c) => Some(&mut c.model_parallel),
+            Self::LocalLearning(c) => Some(&mut c.model_parallel),
             _ => None,
         }
     }
@@ -197,6 +213,7 @@ impl StrategyConfig {
             Self::DataParallel(c) => c.replicas,
             Self::ModelParallel(c) => c.stages,
             Self::PredictiveSync(c) => c.model_parallel.stages,
+            Self::LocalLearning(c) => c.model_parallel.stages,
         }
     }
 }

@@ -78,6 +78,12 @@ impl ModelConfig {
         config
     }
 
+    /// Whether some dropout of the model draws from the backend's generator rather than the
+    /// worker's stream ([`crate::dropout`]): Burn's own encoder layers, with dropout.
+    pub fn draws_backend_dropout(&self) -> bool {
+        matches!(self, Self::Transformer(c) if !c.fused && c.dropout > 0.0)
+    }
+
     /// Checks the hyper-parameters against the input; the message names the offending field.
     pub fn validate(&self, input: &InputSpec) -> Result<(), String> {
         match self {

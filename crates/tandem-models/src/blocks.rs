@@ -8,8 +8,9 @@ use burn::nn::transformer::TransformerEncoderLayer;
 use burn::nn::{Dropout, Embedding, Linear};
 use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
 
+use crate::dropout::dropout;
 use crate::ops::embedding::masked_embedding;
 use crate::ops::fused;
 
@@ -31,6 +32,16 @@ impl<B: Backend> Activation<B> {
             Self::Tokens(t) => Self::Tokens(t.to_device(device)),
             Self::Sequence(t) => Self::Sequence(t.to_device(device)),
             Self::Features(t) => Self::Features(t.to_device(device)),
+        }
+    }
+
+    /// Features of `data`'s shape on `device`: a sequence (3 dimensions) or one vector per
+    /// sample (2).
+    pub fn from_data(data: TensorData, device: &B::Device) -> Result<Self, String> {
+        match data.shape.len() {
+            3 => Ok(Self::Sequence(Tensor::from_data(data, device))),
+            2 => Ok(Self::Features(Tensor::from_data(data, device))),
+            n => Err(format!("features of {n} dimensions")),
         }
     }
 
@@ -110,7 +121,7 @@ impl<B: Backend> EmbeddingBlock<B> {
                     }
                     None => x,
                 };
-                return self.dropout.forward(x);
+                return dropout(&self.dropout, x);
             }
         }
         let mut x = self.tokens.forward(tokens);
@@ -124,7 +135,7 @@ impl<B: Backend> EmbeddingBlock<B> {
         let features = x.dims()[2];
         let ones = Tensor::<B, 2>::ones([1, features], &device);
         let keep = keep_mask(mask_pad).reshape([batch * seq, 1]).matmul(ones).reshape([batch, seq, features]);
-        self.dropout.forward(x * keep)
+        dropout(&self.dropout, x * keep)
     }
 }
 
@@ -181,7 +192,7 @@ impl<B: Backend> RecurrentBlock<B> {
             (Rnn::Gru(m), false) => m.forward(x, None),
             (Rnn::BiGru(m), false) => m.forward(x, None).0,
         };
-        self.dropout.forward(out)
+        dropout(&self.dropout, out)
     }
 }
 
@@ -217,7 +228,24 @@ impl<B: Backend> HeadBlock<B> {
             Activation::Sequence(seq) => masked_mean(seq, mask_pad),
             other => other.into_features(),
         };
-        self.output.forward(self.dropout.forward(features))
+        self.output.forward(dropout(&self.dropout, features))
+    }
+}
+
+/// Masked mean pooling (for sequences) → linear layer → ReLU: an auxiliary head's hidden layer.
+#[derive(Module, Debug)]
+pub struct DenseBlock<B: Backend> {
+    pub(crate) linear: Linear<B>,
+}
+
+impl<B: Backend> DenseBlock<B> {
+    /// Features or a sequence → `[batch, hidden]`.
+    pub fn forward(&self, x: Activation<B>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 2> {
+        let features = match x {
+            Activation::Sequence(seq) => masked_mean(seq, mask_pad),
+            other => other.into_features(),
+        };
+        relu(self.linear.forward(features))
     }
 }
 
@@ -231,6 +259,7 @@ pub enum Block<B: Backend> {
     Recurrent(RecurrentBlock<B>),
     Encoder(EncoderBlock<B>),
     Head(HeadBlock<B>),
+    Dense(DenseBlock<B>),
 }
 
 impl<B: Backend> Block<B> {
@@ -245,6 +274,7 @@ impl<B: Backend> Block<B> {
             Block::Recurrent(b) => Activation::Sequence(b.forward(x.into_sequence())),
             Block::Encoder(b) => Activation::Sequence(b.forward(x.into_sequence(), mask_pad)),
             Block::Head(b) => Activation::Features(b.forward(x, mask_pad)),
+            Block::Dense(b) => Activation::Features(b.forward(x, mask_pad)),
         }
     }
 
@@ -256,6 +286,7 @@ impl<B: Backend> Block<B> {
             Block::Recurrent(_) => "recurrent",
             Block::Encoder(_) => "encoder",
             Block::Head(_) => "head",
+            Block::Dense(_) => "dense",
         }
     }
 }

@@ -11,14 +11,19 @@
 //! are in `kernels/`; [`FastPath`] and [`on_cpu`] tell which of them run on a backend.
 
 mod architectures;
+mod aux_head;
 mod blocks;
 mod classifier;
+pub mod dropout;
 mod fast_path;
 mod kernels;
 mod ops;
 
 // The manifest types: the architecture enums, the input spec and each architecture's config.
 pub use architectures::*;
-pub use blocks::{Activation, Block, ConvPoolBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock};
+pub use aux_head::AuxHeadConfig;
+pub use blocks::{
+    Activation, Block, ConvPoolBlock, DenseBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock,
+};
 pub use classifier::{Classifier, CutError};
 pub use fast_path::{on_cpu, FastPath};

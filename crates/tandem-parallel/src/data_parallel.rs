@@ -237,6 +237,7 @@ impl<B: AutodiffBackend> Replica<B> {
                 return Err("stopped because another replica failed".into());
             }
             let started = Instant::now();
+            tandem_models::dropout::begin_step(plan.rng_seed, self.shard, plan.first_step + i);
             let model = self.model.take().ok_or("this replica lost its parameters in an earlier failure")?;
             let shard = &indices[shard_ranges(indices.len(), shards)[self.shard].clone()];
             let (loss, correct, local) = if shard.is_empty() {

@@ -15,6 +15,7 @@
 //!   between ranks relayed over MPI point-to-point messages.
 
 mod collective;
+pub mod compression;
 mod data_parallel;
 mod exchange;
 pub mod link;
@@ -27,12 +28,13 @@ mod shard;
 mod supervisor;
 
 pub use collective::AllReduceKind;
+pub use compression::{CompressionConfig, Scheme};
 pub use data_parallel::{DataParallel, DataParallelConfig};
 pub use exchange::{CommStats, GradientExchange};
 pub use link::{Interconnect, Preset};
 pub use model_parallel::{
-    balanced_cuts, profile_blocks, wire_bytes, Balance, ModelParallel, ModelParallelConfig, Peers, Stage, StepError,
-    StepInput, StepPlan, StepPolicy, Wire,
+    balanced_cuts, checkpoint_cuts, profile_blocks, wire_bytes, Balance, MicroBatch, ModelParallel,
+    ModelParallelConfig, OwnStep, Peers, Stage, StepError, StepInput, StepPlan, StepPolicy, Wire, LABEL_BYTES,
 };
 #[cfg(feature = "mpi")]
 pub use mpi_ranks::MpiRanks;

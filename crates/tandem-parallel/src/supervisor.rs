@@ -79,7 +79,8 @@ impl Failure {
 pub(crate) enum Stopped {
     /// A worker failed by itself (the first to do so), at its step `step` (1-based).
     Failed { worker: usize, step: usize, message: String },
-    /// No worker reported progress for `after`; `laggards` were furthest behind, at `step`.
+    /// No worker reported progress for `after`; `laggards` were furthest behind, at `step`, and
+    /// not waiting for another worker (unless all of them were).
     Stalled { laggards: Vec<usize>, step: usize, after: Duration },
     /// `waiter` gave up waiting for `peer`; steps done by each (0-based counts).
     WaitedInVain { waiter: usize, peer: usize, waiter_steps: usize, peer_steps: usize },
@@ -89,8 +90,19 @@ pub(crate) enum Stopped {
 
 /// What a worker tells its supervisor.
 enum Report<T> {
-    Step { worker: usize, samples: usize },
-    Done { worker: usize, result: Result<T, Failure> },
+    Step {
+        worker: usize,
+        samples: usize,
+    },
+    /// The worker waits for a message from worker `on` (`None`: no longer).
+    Waiting {
+        worker: usize,
+        on: Option<usize>,
+    },
+    Done {
+        worker: usize,
+        result: Result<T, Failure>,
+    },
 }
 
 /// A worker's line to its supervisor.
@@ -103,6 +115,12 @@ impl<T> Reporter<T> {
     /// One global batch of `samples` samples is done.
     pub fn step(&self, samples: usize) {
         let _ = self.reports.send(Report::Step { worker: self.worker, samples });
+    }
+
+    /// The worker starts (`Some(peer)`) or stops (`None`) waiting for a message from `peer`: a
+    /// worker that waits is not the one a stall is blamed on.
+    pub fn waiting_for(&self, peer: Option<usize>) {
+        let _ = self.reports.send(Report::Waiting { worker: self.worker, on: peer });
     }
 }
 
@@ -155,6 +173,7 @@ impl Supervisor<'_> {
         let slot = |worker: usize| indices.iter().position(|&i| i == worker).expect("a supervised worker");
         let mut done: Vec<Option<T>> = indices.iter().map(|_| None).collect();
         let mut steps = vec![0usize; indices.len()];
+        let mut waiting: Vec<Option<usize>> = vec![None; indices.len()];
         let mut failures: Vec<(usize, Failure)> = Vec::new();
         let mut stalled: Option<Stopped> = None;
         let mut finished = 0;
@@ -171,6 +190,7 @@ impl Supervisor<'_> {
                         (self.on_batch)(samples);
                     }
                 }
+                Ok(Report::Waiting { worker, on }) => waiting[slot(worker)] = on,
                 Ok(Report::Done { worker, result }) => {
                     finished += 1;
                     match result {
@@ -202,10 +222,17 @@ impl Supervisor<'_> {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let behind = steps.iter().copied().min().unwrap_or(0);
-                    let laggards =
-                        (0..indices.len()).filter(|&s| done[s].is_none() && steps[s] == behind).map(|s| indices[s]);
-                    stalled =
-                        Some(Stopped::Stalled { laggards: laggards.collect(), step: behind + 1, after: self.watchdog });
+                    let behind: Vec<usize> =
+                        (0..indices.len()).filter(|&s| done[s].is_none() && steps[s] == behind).collect();
+                    // Those waiting for another worker are held up, not stuck (unless all wait).
+                    let working: Vec<usize> = behind.iter().copied().filter(|&s| waiting[s].is_none()).collect();
+                    let laggards = if working.is_empty() { behind } else { working };
+                    let step = laggards.first().map_or(0, |&s| steps[s]) + 1;
+                    stalled = Some(Stopped::Stalled {
+                        laggards: laggards.into_iter().map(|s| indices[s]).collect(),
+                        step,
+                        after: self.watchdog,
+                    });
                     stop();
                 }
                 Err(RecvTimeoutError::Disconnected) => break,

@@ -167,7 +167,8 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     let bad_sample = 2 * 12 + 7;
     data.tokens[bad_sample * data.max_len] = (vocab_size + 1000) as u32;
     let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
-    let plan = EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, on_batch: &|_| {} };
+    let plan =
+        EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, rng_seed: 0, on_batch: &|_| {} };
     let started = Instant::now();
     let error = parallel.train_epoch(&plan).expect_err("a replica failed").to_string();
     assert!(error.contains("replica 1"), "{error}");

@@ -190,7 +190,8 @@ fn a_failing_stage_stops_the_run_with_its_name_instead_of_hanging() {
     let order: Vec<usize> = (0..data.len()).collect();
     data.tokens[(2 * 12 + 7) * data.max_len] = (vocab_size + 1000) as u32;
     let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
-    let plan = EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, on_batch: &|_| {} };
+    let plan =
+        EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, rng_seed: 0, on_batch: &|_| {} };
     let started = Instant::now();
     let error = parallel.train_epoch(&plan).expect_err("a stage failed").to_string();
     assert!(error.contains("stage 0 failed at step 3"), "{error}");
@@ -252,5 +253,79 @@ fn interleaved_one_f_one_b_matches_sequential_for_every_architecture_with_enough
             // Three boundaries, each crossed by every micro-batch once each way.
             assert_eq!(got.figures.pipeline().map(|p| p.links_per_step.len()), Some(3), "{name}");
         }
+    }
+}
+
+/// A vanilla step policy whose device `slow` sleeps through step `at` (a stage stuck in its work).
+struct Stalls {
+    slow: bool,
+    at: usize,
+    steps: usize,
+}
+
+impl tandem_parallel::StepPolicy<B> for Stalls {
+    fn begin_step(
+        &mut self,
+        _: &mut [&mut tandem_parallel::Stage<B>],
+        _: &tandem_parallel::StepInput,
+        _: &tandem_parallel::Peers,
+    ) -> Result<tandem_parallel::StepPlan, tandem_parallel::StepError> {
+        self.steps += 1;
+        if self.slow && self.steps == self.at {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        Ok(tandem_parallel::StepPlan::Train { replayed: Vec::new() })
+    }
+    fn before_update(&mut self, _: &[&mut tandem_parallel::Stage<B>]) {}
+    fn after_update(
+        &mut self,
+        _: &[&mut tandem_parallel::Stage<B>],
+        _: Option<f64>,
+        _: &tandem_parallel::Peers,
+    ) -> Result<(), tandem_parallel::StepError> {
+        Ok(())
+    }
+    fn control_bytes(&self) -> u64 {
+        0
+    }
+    fn state(&self) -> Result<Vec<u8>, String> {
+        Ok(Vec::new())
+    }
+    fn restore(&mut self, _: &[u8], _: &burn::backend::ndarray::NdArrayDevice) -> Result<(), String> {
+        Ok(())
+    }
+    fn take_epoch_figures(&mut self) -> tandem_results::SyncFigures {
+        Default::default()
+    }
+}
+
+#[test]
+fn a_stage_that_stops_making_progress_is_named_alone() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let config = ModelParallelConfig { timeout_seconds: 0.5, ..mp_config(vec![1], Schedule::GPIPE, 3) };
+    for slow in [0, 1] {
+        let policies: Vec<Box<dyn tandem_parallel::StepPolicy<B>>> =
+            (0..2).map(|d| Box::new(Stalls { slow: d == slow, at: 3, steps: 0 }) as _).collect();
+        let mut parallel = model_parallel(initial_model(&toy_model(Architecture::Gru), vocab_size), &config, &train)
+            .with_policies(policies)
+            .unwrap();
+        let order: Vec<usize> = (0..data.len()).collect();
+        let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
+        let plan = EpochPlan {
+            epoch: 0,
+            batches,
+            data: &data,
+            first_step: 0,
+            total_steps: 14,
+            rng_seed: 0,
+            on_batch: &|_| {},
+        };
+        let error = parallel.train_epoch(&plan).expect_err("a stage stalled").to_string();
+        // Named by the watchdog, or by the other stage's receive that timed out first.
+        let named = error.contains(&format!("stage(s) [{slow}] made no progress"))
+            || error.starts_with(&format!("stage {slow} made no progress"));
+        assert!(named, "stage {slow} slept: {error}");
     }
 }

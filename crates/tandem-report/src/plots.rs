@@ -7,6 +7,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{pareto_front, stage_breakdown, SettingTable, BASELINE};
 use crate::style::{legend_below, legend_size, Sample, SeriesStyle};
+use crate::sync::{self, SyncComparison, TARGET_POINTS_LOST, TARGET_REDUCTION};
 
 pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 pub(crate) type PlotResult<T> = Result<T, String>;
@@ -293,6 +294,120 @@ pub fn stage_time(table: &SettingTable) -> PlotResult<Option<String>> {
         for (i, (name, _)) in bars.iter().enumerate() {
             let (x, y) = chart.backend_coord(&(0.0, (n - 1 - i) as f64 + 0.5));
             root.draw(&Text::new(name.clone(), (x - 8, y), label_style(HPos::Right, VPos::Center))).map_err(err)?;
+        }
+        Ok(())
+    })
+    .map(Some)
+}
+
+/// Points lost beyond the target's below which the protocols plot stops (such points sit on its
+/// floor, labelled with their change).
+const PROTOCOL_FLOOR: f64 = 12.0;
+
+/// Per model, each protocol against vanilla model parallelism: less communication (log) against
+/// the accuracy change in points, the marker's size growing with the speedup (its value beside
+/// it), the target region (≥ 27× less communication, ≥ −3 points) shaded, and the Pareto front
+/// (most reduction for the accuracy) dashed with its points ringed.
+pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
+    let comparisons: Vec<SyncComparison> =
+        sync::compare(table).into_iter().filter(|c| c.communication_reduction.is_some()).collect();
+    let models: Vec<&str> = table.models().into_iter().filter(|m| comparisons.iter().any(|c| c.model == *m)).collect();
+    if models.is_empty() {
+        return Ok(None);
+    }
+    let strategies = table.strategies();
+    let style_of = |strategy: &str| SeriesStyle::of(strategies.iter().position(|s| *s == strategy).unwrap_or(0));
+    let mut labels: Vec<&str> = Vec::new();
+    for c in &comparisons {
+        if !labels.contains(&c.strategy.as_str()) {
+            labels.push(&c.strategy);
+        }
+    }
+    let entries: Vec<(SeriesStyle, &str)> = labels.iter().map(|s| (style_of(s), *s)).collect();
+    let (_, legend_height) = legend_size(&labels, 960);
+    let rows = models.len().div_ceil(2) as u32;
+    let plots_height = 400 * rows + 40;
+    let title = "Protocols against vanilla model parallelism (mean over seeds; marker size and label: speedup)";
+    svg((960, plots_height + legend_height), |root| {
+        let (root, below) = root.split_vertically(plots_height);
+        legend_below(&below, &entries, Sample::Marker)?;
+        let root = &root;
+        for (panel, model) in panels(root, title, models.len())?.iter().zip(&models) {
+            let points: Vec<(&SyncComparison, (f64, f64))> = comparisons
+                .iter()
+                .filter(|c| c.model == *model)
+                .map(|c| (c, (c.communication_reduction.unwrap_or(1.0).max(1e-3), c.accuracy_change)))
+                .collect();
+            let fold = |f: fn(f64, f64) -> f64, of: fn(&(f64, f64)) -> f64, start: f64| {
+                points.iter().map(|p| of(&p.1)).fold(start, f)
+            };
+            let (x_lo, x_hi) =
+                (fold(f64::min, |p| p.0, TARGET_REDUCTION) / 1.5, fold(f64::max, |p| p.0, TARGET_REDUCTION) * 1.5);
+            // Points far below the target would squeeze the ones near it: they sit on the floor,
+            // labelled with their change.
+            let floor = -TARGET_POINTS_LOST - PROTOCOL_FLOOR;
+            let y_lo = fold(f64::min, |p| p.1, -TARGET_POINTS_LOST).max(floor) - 2.0;
+            let y_hi = fold(f64::max, |p| p.1, 0.0) + 2.0;
+            let mut chart = ChartBuilder::on(panel)
+                .caption(*model, (FONT, 16))
+                .margin(10)
+                .x_label_area_size(36)
+                .y_label_area_size(50)
+                .build_cartesian_2d((x_lo..x_hi).log_scale(), y_lo..y_hi)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .light_line_style(WHITE)
+                .label_style((FONT, 13))
+                .x_label_formatter(&|_| String::new())
+                .x_desc("less communication than vanilla (×, log)")
+                .y_desc("accuracy change (points)")
+                .draw()
+                .map_err(err)?;
+            for factor in log_ticks(x_lo, x_hi) {
+                let (x, y) = chart.backend_coord(&(factor, y_lo));
+                root.draw(&Text::new(significant(factor), (x, y + 6), label_style(HPos::Center, VPos::Top)))
+                    .map_err(err)?;
+            }
+            let target = [(TARGET_REDUCTION, -TARGET_POINTS_LOST), (x_hi, y_hi)];
+            chart
+                .draw_series(std::iter::once(Rectangle::new(target, RGBColor(44, 160, 44).mix(0.12).filled())))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x_lo, 0.0), (x_hi, 0.0)],
+                    BLACK.mix(0.4).stroke_width(1),
+                )))
+                .map_err(err)?;
+            // The front: most reduction for the accuracy (least bytes, i.e. 1 / reduction).
+            let front: Vec<(f64, f64)> =
+                pareto_front(&points.iter().map(|(_, (r, a))| (1.0 / r, *a)).collect::<Vec<_>>())
+                    .into_iter()
+                    .map(|i| points[i].1)
+                    .collect();
+            chart
+                .draw_series(DashedLineSeries::new(front.clone(), 6, 4, BLACK.mix(0.7).stroke_width(1)))
+                .map_err(err)?;
+            chart.draw_series(front.iter().map(|p| Circle::new(*p, 11, BLACK.stroke_width(1)))).map_err(err)?;
+            // Labels of points on the floor at the same reduction are stacked upwards.
+            let mut on_floor: Vec<f64> = Vec::new();
+            for (c, (reduction, change)) in &points {
+                let size = (3.0 + 2.0 * c.speedup.max(1.0).ln()).round() as i32;
+                let floored = *change < y_lo + 1.0;
+                let shown = (*reduction, change.max(y_lo + 1.0));
+                style_of(&c.strategy).markers(&mut chart, &[shown], size.min(9))?;
+                let (x, y) = chart.backend_coord(&shown);
+                let (text, lift) = match floored {
+                    true => {
+                        let below = on_floor.iter().filter(|r| (*r / reduction - 1.0).abs() < 0.05).count() as i32;
+                        on_floor.push(*reduction);
+                        (format!("{:.1}×, {change:+.0} pts", c.speedup), 13 * below)
+                    }
+                    false => (format!("{:.1}×", c.speedup), 0),
+                };
+                let style = TextStyle::from((FONT, 11).into_font());
+                root.draw(&Text::new(text, (x + 10, y - 4 - lift), style)).map_err(err)?;
+            }
         }
         Ok(())
     })

@@ -405,11 +405,78 @@ fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_eq
 
     let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
     let md = std::fs::read_to_string(files.markdown).unwrap();
-    assert!(md.contains("Predictive synchronisation against vanilla model parallelism"));
-    assert!(md.contains("| gru | predictive-sync-holt-periodic10 | holt | periodic | model-parallel-2s-gpipe-4m | 1 | 10.0× | 5.00× | -2.0 | +3.0 | — |"));
+    assert!(md.contains("Protocols against vanilla model parallelism"));
+    assert!(md.contains("| gru | predictive-sync-holt-periodic10 | predictive | holt | periodic | model-parallel-2s-gpipe-4m | 1 | 10.0× | 5.00× | -2.0 | +3.0 | — |"));
     assert!(!holt.meets_target(), "10× less communication is short of 27×");
     assert!(md.contains("gru: met by predictive-sync-velocity-periodic27"), "{md}");
     assert!(md.contains("no static run at this sync count"));
+}
+
+#[test]
+fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of_their_pipeline() {
+    let root = tempfile::tempdir().unwrap();
+    let pipeline = |bytes_per_step: f64, cuts: Vec<usize>, compression: Option<&str>, sync: Option<SyncFigures>| {
+        StrategyFigures::Pipeline(PipelineFigures {
+            bytes_per_step,
+            cuts,
+            compression: compression.map(String::from),
+            sync,
+            ..Default::default()
+        })
+    };
+    // Two vanilla runs of one model, cut differently: the slower is the reference of its shape only.
+    for (strategy, cuts, seconds) in
+        [("model-parallel-2s-gpipe-4m", vec![2], 40.0), ("model-parallel-2s-cuts1-gpipe-4m", vec![1], 60.0)]
+    {
+        let figures = pipeline(4000.0, cuts, None, None);
+        write_run(root.path(), RunSpec { figures, ..RunSpec::new("tf", strategy, 1, seconds, &[80]) });
+    }
+    let local = SyncFigures {
+        protocol: "local".into(),
+        predictor: "static".into(),
+        trigger: "periodic".into(),
+        sync_steps: 1,
+        ..Default::default()
+    };
+    let runs = [
+        // Same cut as the slower vanilla run: compared with it.
+        ("local-a", vec![1], Some("a4g8-delta"), Some(local.clone()), 100.0, 10.0, 81),
+        // A cut no vanilla run has: compared with the fastest.
+        ("local-b", vec![3], Some("a4g8-delta"), Some(local), 100.0, 10.0, 75),
+        ("model-parallel-2s-gpipe-4m-a8g8", vec![2], Some("a8g8"), None, 1000.0, 44.0, 80),
+    ];
+    for (strategy, cuts, compression, sync, bytes, seconds, accuracy) in runs {
+        let figures = pipeline(bytes, cuts, compression, sync);
+        write_run(root.path(), RunSpec { figures, ..RunSpec::new("tf", strategy, 1, seconds, &[accuracy]) });
+    }
+    let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
+    let tables = summarize(&runs);
+    let comparisons = tandem_report::sync::compare(&tables[0]);
+    let of = |strategy: &str| comparisons.iter().find(|c| c.strategy == strategy).unwrap();
+    assert_eq!(comparisons.len(), 3, "the vanilla runs are references, not protocols");
+    assert_eq!(
+        (of("local-a").protocol.as_str(), of("local-a").reference.as_str()),
+        ("local", "model-parallel-2s-cuts1-gpipe-4m")
+    );
+    assert!(close(of("local-a").speedup, 6.0) && close(of("local-a").communication_reduction.unwrap(), 40.0));
+    assert!(of("local-a").meets_target() && of("local-a").shortfall() == 0.0);
+    assert_eq!(of("local-b").reference, "model-parallel-2s-gpipe-4m", "the fastest vanilla run");
+    assert!(!of("local-b").meets_target(), "4× faster and 5 points lost");
+    let compressed = of("model-parallel-2s-gpipe-4m-a8g8");
+    assert_eq!((compressed.protocol.as_str(), compressed.trigger.as_str()), ("compressed", "every step"));
+    assert!(close(compressed.communication_reduction.unwrap(), 4.0));
+    assert_eq!(tandem_report::sync::verdict("tf", &comparisons), "tf: met by local-a");
+    let far = [compressed.clone()];
+    assert_eq!(
+        tandem_report::sync::verdict("tf", &far),
+        "tf: not met; closest model-parallel-2s-gpipe-4m-a8g8 (4.0× less communication, 0.91× faster, +0.0 points)"
+    );
+
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
+    let texts = svg_texts(&root.path().join("r").join("protocols.svg"));
+    assert!(texts.iter().any(|t| t.trim() == "6.0×"), "each point labelled with its speedup: {texts:?}");
+    let md = std::fs::read_to_string(files.markdown).unwrap();
+    assert!(md.contains("| tf | local-a | local | static | periodic | model-parallel-2s-cuts1-gpipe-4m |"), "{md}");
 }
 
 #[test]

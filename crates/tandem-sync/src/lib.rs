@@ -9,13 +9,19 @@
 //! [`PredictiveSyncConfig::build`] makes the strategy: a [`tandem_parallel::ModelParallel`] whose
 //! devices each run a [`PredictivePolicy`]. With a sync on every step it is vanilla model
 //! parallelism, exactly.
+//!
+//! [`LocalLearningConfig::build`] makes the other protocol: stages that keep learning between
+//! real steps on losses of their own (auxiliary heads, features replay, activations sent
+//! forward only, optionally compressed), each device running a [`LocalPolicy`].
 
+pub mod local;
 pub mod policy;
 pub mod predictor;
 pub mod strategy;
 pub mod trigger;
 
+pub use local::{LaterStages, LocalPolicy};
 pub use policy::PredictivePolicy;
 pub use predictor::{Forecaster, PredictorConfig};
-pub use strategy::PredictiveSyncConfig;
+pub use strategy::{LocalLearningConfig, PredictiveSyncConfig};
 pub use trigger::{Evidence, Trigger, TriggerConfig};

@@ -14,6 +14,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use serde::{Deserialize, Serialize};
 
+use tandem_train::bytes::{Reader, Writer};
+
 /// `[strategy.predictor]`: which forecast predicted steps apply.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
@@ -288,6 +290,51 @@ impl<B: Backend> Forecaster<B> {
             }
             _ => None,
         }
+    }
+}
+
+impl<B: Backend> Forecaster<B> {
+    /// The forecasting state, for checkpoints: a tag, its tensors and its scalars.
+    pub(crate) fn write_state(&self, out: &mut Writer) {
+        let (tag, tensors, scalars): (usize, Vec<&Tensor<B, 1>>, Vec<f64>) = match &self.state {
+            State::Empty => (0, vec![], vec![]),
+            State::One(t) => (1, vec![t], vec![]),
+            State::Holt { level, trend } => (2, vec![level, trend], vec![]),
+            State::Window(history) => (3, history.iter().collect(), vec![]),
+            State::Kalman { level, trend, p, noise } => {
+                (4, vec![level, trend], vec![p[0][0], p[0][1], p[1][0], p[1][1], *noise])
+            }
+        };
+        out.count(tag).count(tensors.len());
+        tensors.into_iter().for_each(|t| {
+            out.tensor(t);
+        });
+        out.scalars(&scalars);
+    }
+
+    /// Continues from [`Forecaster::write_state`], on `device`.
+    pub(crate) fn read_state(&mut self, input: &mut Reader, device: &B::Device) -> Result<(), String> {
+        let tag = input.count()?;
+        let tensors = (0..input.count()?).map(|_| input.tensor::<B, 1>(device)).collect::<Result<Vec<_>, _>>()?;
+        let scalars = input.scalars()?;
+        let damaged = || "a predictor's state in the checkpoint is damaged".to_string();
+        let mut tensors = tensors.into_iter();
+        self.state = match (tag, scalars.as_slice()) {
+            (0, _) => State::Empty,
+            (1, _) => State::One(tensors.next().ok_or_else(damaged)?),
+            (2, _) => {
+                State::Holt { level: tensors.next().ok_or_else(damaged)?, trend: tensors.next().ok_or_else(damaged)? }
+            }
+            (3, _) => State::Window(tensors.collect()),
+            (4, &[p00, p01, p10, p11, noise]) => State::Kalman {
+                level: tensors.next().ok_or_else(damaged)?,
+                trend: tensors.next().ok_or_else(damaged)?,
+                p: [[p00, p01], [p10, p11]],
+                noise,
+            },
+            _ => return Err(damaged()),
+        };
+        Ok(())
     }
 }
 

@@ -1,14 +1,16 @@
-//! The `predictive-sync` strategy: model parallelism whose stages skip most exchanges. Each
-//! device runs a [`PredictivePolicy`] in the model-parallel batch loop (see
-//! [`tandem_parallel::StepPolicy`]).
+//! The strategies of this crate: `predictive-sync`, model parallelism whose stages skip most
+//! exchanges (each device runs a [`PredictivePolicy`]), and `local-learning`, whose stages keep
+//! learning between real steps (each device runs a [`LocalPolicy`]); both in the model-parallel
+//! batch loop (see [`tandem_parallel::StepPolicy`]).
 
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use tandem_data::Encoded;
-use tandem_models::Classifier;
+use tandem_models::{AuxHeadConfig, Classifier};
 use tandem_parallel::{ModelParallel, ModelParallelConfig, Ranks, StepPolicy};
 use tandem_train::TrainConfig;
 
+use crate::local::{Cadence, LaterStages, LocalPolicy};
 use crate::policy::PredictivePolicy;
 use crate::predictor::PredictorConfig;
 use crate::trigger::TriggerConfig;
@@ -35,6 +37,11 @@ impl PredictiveSyncConfig {
         self.model_parallel.validate().map_err(|e| format!("model_parallel: {e}"))?;
         self.predictor.validate().map_err(|e| format!("predictor: {e}"))?;
         self.trigger.validate().map_err(|e| format!("trigger: {e}"))?;
+        if self.trigger.needs_local_loss() {
+            return Err(
+                "trigger: `local-loss` reads the stages' own losses, which only `kind = \"local-learning\"` has".into(),
+            );
+        }
         if self.replay_batches > MAX_REPLAY_BATCHES {
             return Err(format!("`replay_batches` must be at most {MAX_REPLAY_BATCHES}, got {}", self.replay_batches));
         }
@@ -79,5 +86,149 @@ impl PredictiveSyncConfig {
             None => ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?,
         };
         strategy.with_policies(policies)
+    }
+}
+
+/// `[strategy] kind = "local-learning"`: model parallelism whose stages keep learning between
+/// real steps, each on a loss of its own (see [`crate::local`]).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalLearningConfig {
+    /// The model-parallel run underneath (stages, cuts, schedule, micro-batches, interconnect,
+    /// compression).
+    pub model_parallel: ModelParallelConfig,
+    /// When a real, end-to-end step runs: `periodic`, `budget`, `local-loss`, or `adaptive` with
+    /// later stages that predict (it reads their forecast error).
+    pub trigger: TriggerConfig,
+    /// The auxiliary classifier of every stage before the last.
+    pub aux_head: AuxHeadConfig,
+    /// Weight of the auxiliary heads' loss added to a real step's loss (0: a real step is
+    /// vanilla model parallelism's).
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub aux_weight: f64,
+    /// The first stage trains on its own loss every this many steps between real steps.
+    #[schemars(range(min = 1))]
+    pub local_every: usize,
+    /// Every this many steps between real steps, the activations travel forward (encoded as
+    /// `model_parallel.compression` says; no gradient goes back) and the stages after the first
+    /// train on them; 0: never.
+    pub transfer_every: usize,
+    /// What the stages after the first do on the other steps.
+    pub later_stages: LaterStages,
+}
+
+impl Default for LocalLearningConfig {
+    fn default() -> Self {
+        Self {
+            model_parallel: ModelParallelConfig::default(),
+            trigger: TriggerConfig::local_loss(),
+            aux_head: AuxHeadConfig::default(),
+            aux_weight: 1.0,
+            local_every: 1,
+            transfer_every: 0,
+            later_stages: LaterStages::default(),
+        }
+    }
+}
+
+impl LocalLearningConfig {
+    /// Checks values serde cannot; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        self.model_parallel.validate().map_err(|e| format!("model_parallel: {e}"))?;
+        if self.model_parallel.pieces() < 2 {
+            return Err("local learning needs at least 2 stages (`model_parallel.stages`)".into());
+        }
+        self.trigger.validate().map_err(|e| format!("trigger: {e}"))?;
+        let predicts = matches!(self.later_stages, LaterStages::Predict { .. });
+        match &self.trigger {
+            TriggerConfig::SafeZone { .. } => {
+                return Err("trigger: `safe-zone` reads predictive sync's drift, which local learning does not have: use \
+                            `local-loss`, `periodic`, `budget` or `adaptive`"
+                    .into())
+            }
+            TriggerConfig::Adaptive { .. } if !predicts => {
+                return Err("trigger: `adaptive` reads the forecast error of later stages that predict \
+                            (`later_stages = { kind = \"predict\", … }`); with replay use `local-loss`, `periodic` or `budget`"
+                    .into())
+            }
+            _ => {}
+        }
+        self.aux_head.validate()?;
+        if !(0.0..=100.0).contains(&self.aux_weight) {
+            return Err(format!("`aux_weight` must be in [0, 100], got {}", self.aux_weight));
+        }
+        if !(1..=100_000).contains(&self.local_every) {
+            return Err(format!("`local_every` must be in [1, 100000], got {}", self.local_every));
+        }
+        if self.transfer_every > 100_000 {
+            return Err(format!("`transfer_every` must be in [0, 100000], got {}", self.transfer_every));
+        }
+        match &self.later_stages {
+            LaterStages::Replay { buffer_batches, every } => {
+                if !(1..=MAX_REPLAY_BATCHES).contains(buffer_batches) {
+                    return Err(format!(
+                        "`later_stages.buffer_batches` must be in [1, {MAX_REPLAY_BATCHES}], got {buffer_batches}"
+                    ));
+                }
+                if !(1..=100_000).contains(every) {
+                    return Err(format!("`later_stages.every` must be in [1, 100000], got {every}"));
+                }
+                Ok(())
+            }
+            LaterStages::Predict { predictor } => {
+                predictor.validate().map_err(|e| format!("later_stages.predictor: {e}"))
+            }
+        }
+    }
+
+    /// Short label for run names, e.g. `local-linear-replay8-periodic28-2s-gpipe-4m-1gbe`
+    /// (`-t4` transfers every 4 steps, `-l2` the first stage every 2, `-w0.5` an aux weight).
+    pub fn label(&self) -> String {
+        let mut label =
+            format!("local-{}-{}-{}", self.aux_head.label(), self.later_stages.label(), self.trigger.label());
+        if self.transfer_every > 0 {
+            label += &format!("-t{}", self.transfer_every);
+        }
+        if self.local_every != 1 {
+            label += &format!("-l{}", self.local_every);
+        }
+        if self.aux_weight != 1.0 {
+            label += &format!("-w{:?}", self.aux_weight);
+        }
+        label + self.model_parallel.label().trim_start_matches("model-parallel")
+    }
+
+    /// The strategy: `model` cut into stages on `devices`, each stage learning locally, each
+    /// device with its own policy. In a multi-process job (`ranks`), `devices` are this rank's.
+    pub fn build<B: AutodiffBackend>(
+        &self,
+        model: Classifier<B>,
+        train: &TrainConfig,
+        devices: Vec<B::Device>,
+        profile_data: &Encoded,
+        ranks: Option<&dyn Ranks>,
+    ) -> Result<ModelParallel<B>, String> {
+        self.validate()?;
+        let cadence = Cadence {
+            local_every: self.local_every,
+            transfer_every: self.transfer_every,
+            later: self.later_stages.clone(),
+        };
+        let policies = (0..self.model_parallel.stages)
+            .map(|_| Box::new(LocalPolicy::<B>::new(cadence.clone(), &self.trigger)) as Box<dyn StepPolicy<B>>)
+            .collect();
+        let replay_samples = match &self.later_stages {
+            LaterStages::Replay { buffer_batches, .. } => buffer_batches * train.batch_size,
+            LaterStages::Predict { .. } => 0,
+        };
+        let strategy = match ranks {
+            Some(ranks) => {
+                ModelParallel::across_ranks(model, train, &self.model_parallel, devices, profile_data, ranks)?
+            }
+            None => ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?,
+        };
+        strategy
+            .with_local_learning(&self.aux_head, self.aux_weight, replay_samples, profile_data.max_len)
+            .with_policies(policies)
     }
 }

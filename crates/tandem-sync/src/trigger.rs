@@ -52,6 +52,26 @@ pub enum TriggerConfig {
         #[schemars(range(min = 0.0, max = 1.0))]
         fraction: f64,
     },
+    /// Local evidence (local learning): a device raises an alert when the own loss of its first
+    /// stage that learns between real steps (an exponential average over its local steps) has
+    /// moved by more than `threshold`, relative to where it stood at the last real step — its
+    /// features changed enough for the next stage to lag (a falling loss), or it is diverging
+    /// (a rising one).
+    LocalLoss {
+        /// Relative change of the local loss, |ℓ − ℓ_sync| / ℓ_sync, that raises an alert
+        /// (positive).
+        #[serde(default = "local_threshold")]
+        #[schemars(range(min = 0.0))]
+        threshold: f64,
+        /// Fewest steps without a real one between two real steps, alert or not.
+        #[serde(default = "min_horizon")]
+        #[schemars(range(min = 1))]
+        min_horizon: usize,
+        /// Most steps without a real one between two real steps, alert or not.
+        #[serde(default = "max_horizon")]
+        #[schemars(range(min = 1))]
+        max_horizon: usize,
+    },
 }
 
 fn low() -> f64 {
@@ -66,6 +86,14 @@ fn max_horizon() -> usize {
 fn auto_factor() -> f64 {
     8.0
 }
+fn local_threshold() -> f64 {
+    0.25
+}
+fn min_horizon() -> usize {
+    8
+}
+/// Weight of the newest local loss in a stage's running average.
+const LOCAL_LOSS_WEIGHT: f64 = 0.1;
 
 impl Default for TriggerConfig {
     fn default() -> Self {
@@ -74,6 +102,11 @@ impl Default for TriggerConfig {
 }
 
 impl TriggerConfig {
+    /// `local-loss` with its defaults (local learning's default trigger).
+    pub fn local_loss() -> Self {
+        Self::LocalLoss { threshold: local_threshold(), min_horizon: min_horizon(), max_horizon: max_horizon() }
+    }
+
     /// The trigger's name as manifests write it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -81,6 +114,7 @@ impl TriggerConfig {
             Self::Adaptive { .. } => "adaptive",
             Self::SafeZone { .. } => "safe-zone",
             Self::Budget { .. } => "budget",
+            Self::LocalLoss { .. } => "local-loss",
         }
     }
 
@@ -89,6 +123,9 @@ impl TriggerConfig {
         match self {
             Self::Periodic { every } => format!("periodic{every}"),
             Self::Budget { fraction } => format!("budget{fraction}"),
+            Self::LocalLoss { threshold, min_horizon, max_horizon } => {
+                format!("local-loss{threshold}-{min_horizon}to{max_horizon}")
+            }
             other => other.name().to_string(),
         }
     }
@@ -101,7 +138,12 @@ impl TriggerConfig {
     /// Whether a sync this trigger asks for is one the other stages cannot foresee, so that
     /// asking costs one alert message.
     pub fn alerts(&self) -> bool {
-        matches!(self, Self::SafeZone { .. } | Self::Adaptive { .. })
+        matches!(self, Self::SafeZone { .. } | Self::Adaptive { .. } | Self::LocalLoss { .. })
+    }
+
+    /// Whether the trigger reads the stages' own losses between real steps (local learning).
+    pub fn needs_local_loss(&self) -> bool {
+        matches!(self, Self::LocalLoss { .. })
     }
 
     /// Whether every stage needs the loss of each sync step (sent by the last stage).
@@ -144,6 +186,17 @@ impl TriggerConfig {
                 Err(format!("trigger `fraction` must be in (0, 1], got {fraction}"))
             }
             Self::Budget { .. } => Ok(()),
+            Self::LocalLoss { threshold, min_horizon, max_horizon } => {
+                if !(threshold > 0.0 && threshold.is_finite()) {
+                    return Err(format!("trigger `threshold` must be positive, got {threshold}"));
+                }
+                if min_horizon > max_horizon {
+                    return Err(format!(
+                        "trigger `min_horizon` ({min_horizon}) must not exceed `max_horizon` ({max_horizon})"
+                    ));
+                }
+                horizon(min_horizon).and(horizon(max_horizon))
+            }
         }
     }
 }
@@ -157,8 +210,8 @@ pub struct Evidence {
     pub uncertainty: Option<f64>,
 }
 
-/// A stage's trigger state over a run.
-#[derive(Clone, Debug)]
+/// A stage's trigger state over a run (serialised whole into checkpoints).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Trigger {
     config: TriggerConfig,
     /// Steps decided so far, and how many of them were syncs.
@@ -171,6 +224,11 @@ pub struct Trigger {
     last_loss: Option<f64>,
     /// Safe zone: sum and count of the real update norms seen.
     update_norms: (f64, u64),
+    /// Local loss: the running average of the stage's own losses, and its value at the last sync.
+    #[serde(default)]
+    local_loss: Option<f64>,
+    #[serde(default)]
+    local_loss_at_sync: Option<f64>,
 }
 
 impl Trigger {
@@ -183,6 +241,8 @@ impl Trigger {
             horizon: 1,
             last_loss: None,
             update_norms: (0.0, 0),
+            local_loss: None,
+            local_loss_at_sync: None,
         }
     }
 
@@ -204,6 +264,23 @@ impl Trigger {
             }
             // Sync whenever the syncs so far fall short of the budget for the steps so far.
             TriggerConfig::Budget { fraction } => (self.syncs as f64) < fraction * (self.steps + 1) as f64,
+            TriggerConfig::LocalLoss { threshold, min_horizon, max_horizon } => {
+                let moved = match (self.local_loss, self.local_loss_at_sync) {
+                    (Some(now), Some(then)) if then > 0.0 => (now - then).abs() / then > threshold,
+                    _ => false,
+                };
+                self.since_sync >= max_horizon || (moved && self.since_sync >= min_horizon)
+            }
+        }
+    }
+
+    /// Records the stage's own loss on a local step (local learning).
+    pub fn observe_local_loss(&mut self, loss: f64) {
+        if loss.is_finite() {
+            self.local_loss = Some(match self.local_loss {
+                Some(average) => average + LOCAL_LOSS_WEIGHT * (loss - average),
+                None => loss,
+            });
         }
     }
 
@@ -219,6 +296,7 @@ impl Trigger {
             }
         }
         self.last_loss = Some(loss);
+        self.local_loss_at_sync = self.local_loss;
         self.update_norms.0 += update_norm;
         self.update_norms.1 += 1;
         self.steps += 1;

@@ -140,7 +140,7 @@ pub fn one_epoch<B: AutodiffBackend>(
     let order: Vec<usize> = tandem_data::epoch_order(data.len(), 5, 0);
     let batches = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
     let total_steps = config.steps_per_epoch(data.len());
-    let plan = EpochPlan { epoch: 0, batches, data, first_step: 0, total_steps, on_batch: &|_| {} };
+    let plan = EpochPlan { epoch: 0, batches, data, first_step: 0, total_steps, rng_seed: 0, on_batch: &|_| {} };
     strategy.train_epoch(&plan).expect("training epoch")
 }
 

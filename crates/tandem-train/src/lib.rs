@@ -7,6 +7,7 @@
 //! holdout set is evaluated every few batches. A strategy decides only *how* a
 //! global batch turns into a parameter update (one device, replicas, stages…).
 
+pub mod bytes;
 pub mod checkpoint;
 mod memory;
 pub mod optim;
@@ -151,6 +152,9 @@ pub struct EpochPlan<'a> {
     pub first_step: usize,
     /// Optimizer steps of the whole run.
     pub total_steps: usize,
+    /// The run's seed of dropout masks: each worker (replica, device) draws those of step `s`
+    /// from the stream [`tandem_models::dropout::begin_step`]`(rng_seed, worker, s)`.
+    pub rng_seed: u64,
     /// Called after each global batch with the number of samples it held.
     pub on_batch: &'a (dyn Fn(usize) + Sync),
 }
@@ -256,6 +260,7 @@ pub fn train<B: AutodiffBackend>(
                 data: train,
                 first_step,
                 total_steps,
+                rng_seed: start.rng_seed,
                 on_batch,
             };
             let started = Instant::now();

@@ -38,6 +38,7 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
         let mut loss_sum = 0.0;
         let (mut samples, mut correct) = (0, 0);
         for (i, indices) in plan.batches.iter().enumerate() {
+            tandem_models::dropout::begin_step(plan.rng_seed, 0, plan.first_step + i);
             let batch = plan.data.batch::<B>(indices, &self.device);
             let (loss, right, grads) = tested_gradients(&model, batch);
             correct += right;

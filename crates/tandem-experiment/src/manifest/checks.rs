@@ -144,6 +144,7 @@ fn validate_strategy(strategy: &StrategyConfig) -> Result<(), String> {
         StrategyConfig::DataParallel(c) => c.validate(),
         StrategyConfig::ModelParallel(c) => c.validate(),
         StrategyConfig::PredictiveSync(c) => c.validate(),
+        StrategyConfig::LocalLearning(c) => c.validate(),
     }
 }
 
@@ -198,6 +199,7 @@ fn model_parallel_of<'a>(strategy: &'a StrategyConfig, path: &str) -> Option<(&'
     match strategy {
         StrategyConfig::ModelParallel(c) => Some((c, path.to_string())),
         StrategyConfig::PredictiveSync(c) => Some((&c.model_parallel, format!("{path}.model_parallel"))),
+        StrategyConfig::LocalLearning(c) => Some((&c.model_parallel, format!("{path}.model_parallel"))),
         _ => None,
     }
 }

@@ -126,7 +126,16 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
     tandem_train::seed_backend::<B>(&device, ctx.seed);
     let model: Classifier<B> = tandem_train::number_parameters(ctx.entry.config.init(&input, &device));
     let parameters = model.parameter_count();
-    let built: Result<Box<dyn Strategy<B>>, String> = match ctx.strategy {
+    // A resumed run cuts its model where the interrupted one did.
+    let mut config = ctx.strategy.clone();
+    if let (Some(mp), Some(checkpoint)) = (config.model_parallel_mut(), ctx.resume) {
+        match tandem_parallel::checkpoint_cuts(&checkpoint.strategy) {
+            Ok(Some(cuts)) => mp.cuts = Some(cuts),
+            Ok(None) => {}
+            Err(e) => return Outcome { parameters, ..Outcome::failed(format!("cannot resume: {e}")) },
+        }
+    }
+    let built: Result<Box<dyn Strategy<B>>, String> = match &config {
         StrategyConfig::Sequential(_) => Ok(Box::new(Sequential::new(model, train, device.clone()))),
         StrategyConfig::DataParallel(dp) => DataParallel::new(model, train, dp, devices)
             .and_then(|s| match ctx.ranks {
@@ -141,6 +150,9 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
         StrategyConfig::PredictiveSync(sync) => {
             sync.build(model, train, devices, &ctx.data.train, ctx.ranks).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
+        }
+        StrategyConfig::LocalLearning(local) => {
+            local.build(model, train, devices, &ctx.data.train, ctx.ranks).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
         }
     };
     let mut strategy = match built {
@@ -193,7 +205,7 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         Err(TrainError::Stopped(_)) => interrupt.signal(),
         _ => None,
     };
-    let reproducibility = reproducibility(ctx);
+    let reproducibility = reproducibility(ctx, cpu);
     let outcome =
         Outcome { records: Vec::new(), parameters, devices, shared_devices, error: None, interrupted, reproducibility };
     match (result, saved) {

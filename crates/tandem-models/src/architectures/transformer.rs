@@ -33,7 +33,8 @@ pub struct TransformerConfig {
     /// Pre-norm (`true`) or post-norm (`false`, the original Transformer) layers.
     pub norm_first: bool,
     /// Tandem's encoder-layer forward, linear layers on rows, and its embedding lookup (`true`),
-    /// or Burn's own. Same parameters and results either way; only the speed differs.
+    /// or Burn's own. Same parameters either way, and the same results without dropout; Burn's
+    /// layers draw their dropout masks from the backend's generator, not the worker's stream.
     pub fused: bool,
 }
 

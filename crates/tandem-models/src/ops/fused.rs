@@ -27,6 +27,7 @@
 //! stride 1, dilation 1, one group and no padding, and layer norms with the ε of Burn's
 //! `TransformerEncoderConfig` default (`LayerNorm` keeps its own private).
 
+use crate::dropout::dropout;
 use burn::nn::activation::Activation;
 use burn::nn::attention::MultiHeadAttention;
 use burn::nn::conv::Conv1d;
@@ -155,8 +156,8 @@ pub(crate) fn encoder_layer<B: Backend>(
     x: Tensor<B, 3>,
     mask_pad: &Tensor<B, 2, Bool>,
 ) -> Tensor<B, 3> {
-    let attend = |x: Tensor<B, 3>| layer.dropout.forward(attention(&layer.mha, x, mask_pad));
-    let feed_forward = |x: Tensor<B, 3>| layer.dropout.forward(position_wise(&layer.pwff, x));
+    let attend = |x: Tensor<B, 3>| dropout(&layer.dropout, attention(&layer.mha, x, mask_pad));
+    let feed_forward = |x: Tensor<B, 3>| dropout(&layer.dropout, position_wise(&layer.pwff, x));
     // The ε Tandem's encoder configuration leaves at Burn's default (the layer keeps it private).
     let epsilon = TransformerEncoderConfig::new(1, 1, 1, 1).layer_norm_eps;
     let (norm_1, norm_2) = (|x| layer_norm(&layer.norm_1, x, epsilon), |x| layer_norm(&layer.norm_2, x, epsilon));
@@ -187,7 +188,7 @@ fn attention<B: Backend>(mha: &MultiHeadAttention<B>, x: Tensor<B, 3>, mask_pad:
     };
     let (query, key_t, value) =
         (heads(&mha.query, [0, 2, 1, 3]), heads(&mha.key, [0, 2, 3, 1]), heads(&mha.value, [0, 2, 1, 3]));
-    let scores = mha.dropout.forward(query.matmul(key_t).div_scalar((mha.d_k as f32).sqrt()));
+    let scores = dropout(&mha.dropout, query.matmul(key_t).div_scalar((mha.d_k as f32).sqrt()));
     // Expanded (a copy) once here; a broadcast mask would be expanded by every mask_fill.
     let mask = mask_pad.clone().reshape([batch, 1, 1, seq]).repeat_dim(1, mha.n_heads).repeat_dim(2, seq);
     let scores = scores.mask_fill(mask, mha.min_float);
@@ -203,6 +204,6 @@ fn position_wise<B: Backend>(pwff: &PositionWiseFeedForward<B>, x: Tensor<B, 3>)
         Activation::Gelu(_) => gelu(inner),
         other => other.forward(inner),
     };
-    let inner = pwff.dropout.forward(activated);
+    let inner = dropout(&pwff.dropout, activated);
     on_rows(&pwff.linear_outer, inner)
 }

@@ -10,7 +10,7 @@ use tandem_models::{Activation, Classifier};
 use tandem_train::TrainConfig;
 
 use super::config::{Balance, ModelParallelConfig};
-use super::stage::Stage;
+use super::stage::{MicroBatch, Stage};
 
 /// Cut points that split blocks of the given costs into `stages` contiguous stages whose
 /// largest total cost is as small as possible (the pipeline runs at the pace of its slowest stage).
@@ -65,15 +65,16 @@ pub fn profile_blocks<B: AutodiffBackend>(
         let batch = data.batch::<B>(&indices, device);
         let mut elapsed = vec![Duration::ZERO; n];
         let mut x = Activation::Tokens(batch.tokens.inner());
+        let micro = MicroBatch { mask_pad: &batch.mask_pad, labels: batch.labels.clone(), weight: 1.0 };
         // On a GPU, work is queued: wait for it before every clock reading.
         let sync = || B::sync(device).map_err(|e| format!("profiling the blocks: {e:?}"));
         for (i, stage) in stages.iter_mut().enumerate() {
             sync()?;
             let started = Instant::now();
             if i + 1 == n {
-                stage.forward_loss(0, x.clone(), &batch.mask_pad, batch.labels.clone(), 1.0);
+                stage.forward_loss(0, x.clone(), &micro);
             } else {
-                x = stage.forward(0, x, &batch.mask_pad);
+                x = stage.forward(0, x, &micro);
             }
             sync()?;
             elapsed[i] += started.elapsed();

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::compression::CompressionConfig;
 use crate::link::Interconnect;
 use crate::schedule::{Layout, Schedule};
 
@@ -38,6 +39,9 @@ pub struct ModelParallelConfig {
     pub micro_batches: usize,
     /// Simulated interconnect on every stage boundary.
     pub interconnect: Interconnect,
+    /// How boundaries encode activations and gradients (default: 32 bits, lossless).
+    #[serde(skip_serializing_if = "CompressionConfig::is_lossless")]
+    pub compression: CompressionConfig,
     /// A stage that waits this long for a message, or a run where no stage reports progress for
     /// this long, fails.
     pub timeout_seconds: f64,
@@ -61,6 +65,7 @@ impl Default for ModelParallelConfig {
             schedule: Schedule::GPIPE,
             micro_batches: 8,
             interconnect: Interconnect::default(),
+            compression: CompressionConfig::default(),
             timeout_seconds: 600.0,
         }
     }
@@ -91,6 +96,7 @@ impl ModelParallelConfig {
         if !(self.timeout_seconds > 0.0 && self.timeout_seconds <= 1e6) {
             return Err(format!("`timeout_seconds` must be in (0, 1e6], got {}", self.timeout_seconds));
         }
+        self.compression.validate()?;
         self.interconnect.validate()
     }
 
@@ -131,7 +137,7 @@ impl ModelParallelConfig {
         if self.interconnect.figures().is_some() {
             label += &format!("-{}", self.interconnect.name());
         }
-        label
+        label + &self.compression.label()
     }
 }
 

@@ -16,11 +16,13 @@ use tandem_train::{EpochPlan, TrainConfig};
 
 use super::config::ModelParallelConfig;
 use super::figures::DeviceEpoch;
+use super::payload::{pack, unpack, Payload, StageCodecs};
 use super::policy::{Peers, StepInput, StepPlan, StepPolicy};
 use super::relay::Message;
 use super::scalar_sum::ScalarSum;
-use super::stage::{wire_bytes, Stage, Wire};
+use super::stage::{MicroBatch, Stage, Wire};
 use super::wiring::{Ends, Placement};
+use crate::compression::Codec;
 use crate::link::{LinkReceiver, LinkSender, RecvError};
 use crate::ranks::cross_rank_timeout;
 use crate::schedule::{Action, Pass};
@@ -39,14 +41,26 @@ pub(super) struct Shared<'a, 'l> {
     pub stop: &'a AtomicBool,
 }
 
-/// One device's part: its stages (in model order, with their global indices and link ends) and
-/// its policy.
+/// One device's part: its stages (in model order, with their global indices, link ends and
+/// codecs) and its policy.
 pub(super) struct DeviceWork<'a, B: AutodiffBackend> {
     pub device: usize,
     pub ids: Vec<usize>,
     pub stages: Vec<&'a mut Stage<B>>,
     pub ends: Vec<Ends<B>>,
+    pub codecs: Vec<&'a mut StageCodecs>,
     pub policy: Option<&'a mut Box<dyn StepPolicy<B>>>,
+}
+
+/// Bytes counted for one label sent to a stage that would not have it under vanilla model
+/// parallelism (an `i32`, as token ids travel).
+pub const LABEL_BYTES: u64 = 4;
+
+/// Which stages of a device train in a local step (see [`StepPlan::Local`]).
+struct Roles {
+    first: bool,
+    transfer: bool,
+    replay: bool,
 }
 
 /// Values waiting between a pass and a transfer, by (what, stage, micro-batch).
@@ -81,24 +95,39 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
             if shared.stop.load(Ordering::SeqCst) {
                 return Err(Failure::elsewhere("stopped"));
             }
-            let replayed = match self.policy.as_mut() {
-                None => Vec::new(),
+            tandem_models::dropout::begin_step(plan.rng_seed, self.device, plan.first_step + number);
+            let plan_of_step = match self.policy.as_mut() {
+                None => StepPlan::Train { replayed: Vec::new() },
                 Some(policy) => {
-                    let input = StepInput { batch, data: plan.data, last_stage: holds_last };
+                    let input = StepInput { batch, data: plan.data, last_stage: holds_last, stages: &self.ids };
                     let peers = peers(shared, self.device);
                     let deciding = Instant::now();
                     let decision = policy.begin_step(&mut self.stages, &input, &peers);
                     epoch.add_policy_time(deciding.elapsed(), peers.waited.get());
-                    match decision.map_err(|e| e.0)? {
-                        StepPlan::Train { replayed } => replayed,
-                        StepPlan::Skip => {
-                            if holds_last {
-                                epoch.skipped_samples += batch.len();
-                            }
-                            reporter.step(batch.len());
-                            continue;
-                        }
+                    decision.map_err(|e| e.0)?
+                }
+            };
+            let replayed = match plan_of_step {
+                StepPlan::Train { replayed } => replayed,
+                StepPlan::Local { first, transfer, replay } => {
+                    let roles = Roles { first: first || transfer, transfer, replay };
+                    let losses = self.train_locally(batch, number, roles, shared, &mut epoch, reporter)?;
+                    if let Some(policy) = self.policy.as_mut() {
+                        policy.after_local(&losses);
                     }
+                    // A transfer brings the batch to the last stage, which trains on it.
+                    if holds_last && !transfer {
+                        epoch.skipped_samples += batch.len();
+                    }
+                    reporter.step(batch.len());
+                    continue;
+                }
+                StepPlan::Skip => {
+                    if holds_last {
+                        epoch.skipped_samples += batch.len();
+                    }
+                    reporter.step(batch.len());
+                    continue;
                 }
             };
             if holds_last {
@@ -119,7 +148,7 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
                 if shared.stop.load(Ordering::SeqCst) {
                     return Err(Failure::elsewhere("stopped"));
                 }
-                self.execute(action, &running, &mut mailbox, shared, &mut epoch)?;
+                self.execute(action, &running, &mut mailbox, shared, &mut epoch, reporter)?;
             }
             self.update(shared, plan.first_step + number, &mut epoch)?;
             if let Some(policy) = self.policy.as_mut() {
@@ -157,6 +186,7 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
         mailbox: &mut Mailbox<B>,
         shared: &Shared,
         epoch: &mut DeviceEpoch,
+        reporter: &Reporter<DeviceEpoch>,
     ) -> Result<(), Failure> {
         let last = shared.config.pieces() - 1;
         match action {
@@ -170,15 +200,22 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
                 let computing = Instant::now();
                 let stage = &mut self.stages[k];
                 let data = shared.plan.data.batch::<B>(rows, stage.device());
+                if let Some(input) = &input {
+                    stage.remember(rows, input);
+                }
                 let input = input.unwrap_or_else(|| Activation::Tokens(data.tokens.inner()));
+                let weight = rows.len() as f64 / batch.indices.len() as f64;
+                let micro_batch = MicroBatch { mask_pad: &data.mask_pad, labels: data.labels, weight };
                 if id == last {
-                    let weight = rows.len() as f64 / batch.indices.len() as f64;
-                    let (loss, correct) = stage.forward_loss(micro, input, &data.mask_pad, data.labels, weight);
+                    let (loss, correct) = stage.forward_loss(micro, input, &micro_batch);
                     epoch.loss_sum += loss * rows.len() as f64;
                     epoch.correct += correct;
                     epoch.samples += rows.len();
                 } else {
-                    let output = stage.forward(micro, input, &data.mask_pad);
+                    if stage.trains_aux_in_real_steps() {
+                        epoch.label_bytes += rows.len() as u64 * LABEL_BYTES;
+                    }
+                    let output = stage.forward(micro, input, &micro_batch);
                     mailbox.put(Slot::Output, id, micro, output);
                 }
                 epoch.compute += computing.elapsed();
@@ -199,25 +236,123 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
             }
             Action::SendActivation { stage: id, micro } => {
                 let (value, k) = (mailbox.take(Slot::Output, id, micro)?, self.local(id)?);
-                send::<B>(&mut self.ends[k].to_next, batch.number, micro, value)?;
+                let samples = &batch.indices[batch.ranges[micro].clone()];
+                let payload = self.pack(k, true, value, samples, epoch);
+                send::<B>(&mut self.ends[k].to_next, batch.number, micro, payload)?;
             }
             Action::SendGradient { stage: id, micro } => {
                 let (value, k) = (mailbox.take(Slot::InputGradient, id, micro)?, self.local(id)?);
-                send::<B>(&mut self.ends[k].to_previous, batch.number, micro, value)?;
+                let samples = &batch.indices[batch.ranges[micro].clone()];
+                let payload = self.pack(k, false, value, samples, epoch);
+                send::<B>(&mut self.ends[k].to_previous, batch.number, micro, payload)?;
             }
             Action::ReceiveActivation { stage: id, micro } => {
-                let link = &self.ends[self.local(id)?].from_previous;
-                let value = mailbox.receive(link, Slot::Input, id, id - 1, batch.number, micro, shared, epoch)?;
+                let k = self.local(id)?;
+                let (link, codec) = (&self.ends[k].from_previous, &mut self.codecs[k].from_previous);
+                let device = self.stages[k].device();
+                let on = Receiving { link, reporter, codec, device, peer: id - 1, slot: Slot::Input, stage: id };
+                let value = mailbox.receive(on, batch, micro, shared, epoch)?;
                 mailbox.put(Slot::Input, id, micro, value);
             }
             Action::ReceiveGradient { stage: id, micro } => {
-                let link = &self.ends[self.local(id)?].from_next;
-                let value =
-                    mailbox.receive(link, Slot::OutputGradient, id, id + 1, batch.number, micro, shared, epoch)?;
+                let k = self.local(id)?;
+                let (link, codec) = (&self.ends[k].from_next, &mut self.codecs[k].from_next);
+                let device = self.stages[k].device();
+                let on =
+                    Receiving { link, reporter, codec, device, peer: id + 1, slot: Slot::OutputGradient, stage: id };
+                let value = mailbox.receive(on, batch, micro, shared, epoch)?;
                 mailbox.put(Slot::OutputGradient, id, micro, value);
             }
         }
         Ok(())
+    }
+
+    /// `value` as stage `k`'s codec sends it forward (activations) or back (gradients); the
+    /// encoding counts as the stage's compute.
+    fn pack(
+        &mut self,
+        k: usize,
+        forward: bool,
+        value: Wire<B>,
+        samples: &[usize],
+        epoch: &mut DeviceEpoch,
+    ) -> Payload<B> {
+        let codec = match forward {
+            true => &mut self.codecs[k].to_next,
+            false => &mut self.codecs[k].to_previous,
+        };
+        let encoding = Instant::now();
+        let payload = pack::<B>(codec, value, samples);
+        epoch.compute += encoding.elapsed();
+        payload
+    }
+
+    /// A step without end-to-end gradients (local learning): each of the device's stages trains
+    /// on its own loss — the first on `batch`; a later one on the activations the stage before
+    /// it sends now (`transfer`), else on inputs it received before (`replay`), else not at all —
+    /// clips by its own gradient norm and applies its update.
+    fn train_locally(
+        &mut self,
+        batch: &[usize],
+        number: usize,
+        Roles { first, transfer, replay }: Roles,
+        shared: &Shared,
+        epoch: &mut DeviceEpoch,
+        reporter: &Reporter<DeviceEpoch>,
+    ) -> Result<Vec<(usize, f64)>, Failure> {
+        let last = shared.config.pieces() - 1;
+        let step = shared.plan.first_step + number;
+        let running = Running { number, indices: batch, ranges: shard_ranges(batch.len(), 1) };
+        let mut mailbox = Mailbox::default();
+        let mut losses = Vec::new();
+        for k in 0..self.stages.len() {
+            let id = self.ids[k];
+            let (samples, input, fresh) = match id {
+                0 if first => (batch.to_vec(), None, true),
+                0 => continue,
+                _ if transfer => {
+                    let (link, codec) = (&self.ends[k].from_previous, &mut self.codecs[k].from_previous);
+                    let device = self.stages[k].device();
+                    let on = Receiving { link, reporter, codec, device, peer: id - 1, slot: Slot::Input, stage: id };
+                    let input = mailbox.receive(on, &running, 0, shared, epoch)?;
+                    self.stages[k].remember(batch, &input);
+                    (batch.to_vec(), Some(input), true)
+                }
+                _ if replay => match self.stages[k].replay(batch.len()) {
+                    Some((samples, input)) => (samples, Some(input), false),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            let computing = Instant::now();
+            let stage = &mut self.stages[k];
+            let data = shared.plan.data.batch::<B>(&samples, stage.device());
+            let input = input.unwrap_or_else(|| Activation::Tokens(data.tokens.inner()));
+            let micro_batch = MicroBatch { mask_pad: &data.mask_pad, labels: data.labels, weight: 1.0 };
+            let own = stage.train_own(input, &micro_batch, id == last).map_err(Failure::own)?;
+            losses.push((id, own.loss));
+            let scale = match shared.train.grad_clip_norm {
+                Some(max_norm) => clip_factor(stage.squared_gradient_norm().sqrt(), max_norm),
+                None => 1.0,
+            };
+            stage.step(shared.train, scale, step, shared.plan.total_steps);
+            epoch.compute += computing.elapsed();
+            match (id == last, fresh) {
+                (true, true) => {
+                    epoch.loss_sum += own.loss * samples.len() as f64;
+                    epoch.correct += own.correct;
+                    epoch.samples += samples.len();
+                }
+                (true, false) => epoch.own_replayed += samples.len(),
+                // Counted at every use, replays included: the most a stage could need to receive.
+                (false, _) => epoch.label_bytes += samples.len() as u64 * LABEL_BYTES,
+            }
+            if let (true, Some(output)) = (transfer && id < last, own.output) {
+                let payload = self.pack(k, true, output, &samples, epoch);
+                send::<B>(&mut self.ends[k].to_next, number, 0, payload)?;
+            }
+        }
+        Ok(losses)
     }
 
     /// Clips by the global norm over every device's gradients and applies them.
@@ -261,11 +396,24 @@ fn send<B: AutodiffBackend>(
     link: &mut Option<LinkSender<Message<B>>>,
     batch: usize,
     micro: usize,
-    value: Wire<B>,
+    payload: Payload<B>,
 ) -> Result<(), Failure> {
     let link = link.as_mut().ok_or_else(|| Failure::own("send on a link that does not exist"))?;
-    let bytes = wire_bytes::<B>(&value);
-    link.send((batch, micro, value), bytes).map_err(Failure::elsewhere)
+    let bytes = payload.bytes();
+    link.send((batch, micro, payload), bytes).map_err(Failure::elsewhere)
+}
+
+/// Where a receive comes from: a stage's link end and codec, the stage that sends on it, and
+/// the slot the value fills.
+struct Receiving<'r, B: AutodiffBackend> {
+    link: &'r Option<LinkReceiver<Message<B>>>,
+    /// Told while the receive waits (a waiting stage is not the one to blame for a stall).
+    reporter: &'r Reporter<DeviceEpoch>,
+    codec: &'r mut Codec,
+    device: &'r B::Device,
+    peer: usize,
+    slot: Slot,
+    stage: usize,
 }
 
 /// The values between passes and transfers, and messages that arrived before they were due.
@@ -291,47 +439,52 @@ impl<B: AutodiffBackend> Mailbox<B> {
         })
     }
 
-    /// The message for (`batch`, `micro`) from stage `peer` on `link`, adding the wait to `epoch`.
-    /// Messages of the same batch for later micro-batches are kept until asked for.
-    #[allow(clippy::too_many_arguments)]
+    /// The message for (`batch`, `micro`) from the stage `on` names, decoded, adding the wait to
+    /// `epoch`. Messages of the same batch for later micro-batches are decoded as they arrive
+    /// (in the order they were encoded) and kept until asked for.
     fn receive(
         &mut self,
-        link: &Option<LinkReceiver<Message<B>>>,
-        slot: Slot,
-        stage: usize,
-        peer: usize,
-        batch: usize,
+        on: Receiving<B>,
+        batch: &Running,
         micro: usize,
         shared: &Shared,
         epoch: &mut DeviceEpoch,
     ) -> Result<Wire<B>, Failure> {
+        let Receiving { link, reporter, codec, device, peer, slot, stage } = on;
         if let Some(value) = self.early.remove(&(slot, stage, micro)) {
             return Ok(value);
         }
         let link = link.as_ref().ok_or_else(|| Failure::own("receive on a link that does not exist"))?;
-        let device = shared.placement.device_of(peer);
-        let timeout = match shared.placement.local.contains(&device) {
+        let peer_device = shared.placement.device_of(peer);
+        let timeout = match shared.placement.local.contains(&peer_device) {
             true => timeout(shared),
             false => cross_rank_timeout(timeout(shared)),
         };
         loop {
-            let ((b, m, value), wait) = link.recv(timeout, shared.stop).map_err(|e| Failure {
-                waited_for: matches!(e, RecvError::Timeout(_)).then_some(device),
+            reporter.waiting_for(Some(peer_device));
+            let received = link.recv(timeout, shared.stop);
+            reporter.waiting_for(None);
+            let ((b, m, payload), wait) = received.map_err(|e| Failure {
+                waited_for: matches!(e, RecvError::Timeout(_)).then_some(peer_device),
                 ..Failure::elsewhere(format!("{e} from stage {peer}"))
             })?;
             epoch.idle += wait.idle;
             epoch.transfer += wait.transfer;
-            match (b, m) {
-                _ if (b, m) == (batch, micro) => return Ok(value),
-                _ if b == batch => {
-                    self.early.insert((slot, stage, m), value);
-                }
-                _ => {
-                    return Err(Failure::own(format!(
-                        "expected micro-batch {micro} of batch {batch}, received {m} of {b}"
-                    )))
-                }
+            if b != batch.number || m >= batch.ranges.len() {
+                return Err(Failure::own(format!(
+                    "expected micro-batch {micro} of batch {}, received {m} of {b}",
+                    batch.number
+                )));
             }
+            let decoding = Instant::now();
+            let samples = &batch.indices[batch.ranges[m].clone()];
+            let value = unpack::<B>(codec, payload, samples, device)
+                .map_err(|e| Failure::own(format!("a message from stage {peer}: {e}")))?;
+            epoch.compute += decoding.elapsed();
+            if m == micro {
+                return Ok(value);
+            }
+            self.early.insert((slot, stage, m), value);
         }
     }
 }

@@ -36,6 +36,10 @@ pub(super) struct DeviceEpoch {
     pub peak_live: usize,
     /// Bytes of the step policy's control messages.
     pub control_bytes: u64,
+    /// Bytes of labels sent to stages before the last (local learning).
+    pub label_bytes: u64,
+    /// Samples the last stage trained on again from its replay buffer, outside real steps.
+    pub own_replayed: usize,
     /// Across ranks: what the relays of this device's links to other ranks moved (the bytes it
     /// sent, the time spent in sends and receives).
     pub relayed: Relayed,
@@ -45,7 +49,7 @@ pub(super) struct DeviceEpoch {
 }
 
 /// Figures of [`DeviceEpoch`] besides the per-boundary traffic.
-const SCALARS: usize = 14;
+const SCALARS: usize = 16;
 
 impl DeviceEpoch {
     /// An empty epoch of a pipeline with `boundaries` stage boundaries.
@@ -81,6 +85,8 @@ impl DeviceEpoch {
             s(self.relayed.busy),
             self.replayed_samples as f64,
             self.correct as f64,
+            self.label_bytes as f64,
+            self.own_replayed as f64,
         ];
         for t in self.forward.iter().chain(&self.backward) {
             figures.extend([t.messages as f64, t.bytes as f64]);
@@ -105,6 +111,8 @@ impl DeviceEpoch {
             relayed: Relayed { bytes: v[10] as u64, busy: d(v[11]) },
             replayed_samples: v[12] as usize,
             correct: v[13] as usize,
+            label_bytes: v[14] as u64,
+            own_replayed: v[15] as usize,
             forward: (0..boundaries).map(traffic).collect(),
             backward: (boundaries..2 * boundaries).map(traffic).collect(),
         }
@@ -168,7 +176,8 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let links =
             boundaries.iter().map(|&(f, b)| LinkFigures { forward: on_link(f), backward: on_link(b) }).collect();
         let control: u64 = epochs.iter().map(|e| e.control_bytes).sum();
-        let bytes: u64 = boundaries.iter().map(|(f, b)| f.bytes + b.bytes).sum::<u64>() + control;
+        let labels: u64 = epochs.iter().map(|e| e.label_bytes).sum();
+        let bytes: u64 = boundaries.iter().map(|(f, b)| f.bytes + b.bytes).sum::<u64>() + control + labels;
         let transfer_share =
             epochs.iter().map(|e| e.transfer.as_secs_f64() / e.wall.as_secs_f64().max(1e-12)).sum::<f64>()
                 / epochs.len() as f64;
@@ -179,8 +188,10 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let protocols: Vec<SyncFigures> = self.policies.iter_mut().map(|p| p.take_epoch_figures()).collect();
         let sync = protocols.into_iter().nth(self.placement.local.start).map(|protocol| SyncFigures {
             control_bytes_per_step: per_step(control as f64),
+            label_bytes_per_step: per_step(labels as f64),
+            aux_parameters: self.stages.iter().map(|s| s.aux_parameters()).collect(),
             predict_seconds: seconds(|e| e.predict),
-            replayed_samples: last.replayed_samples,
+            replayed_samples: last.replayed_samples + last.own_replayed,
             ..protocol
         });
         let across_ranks = self.across.as_ref().map(|_| PipelineRanks {
@@ -196,6 +207,8 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             schedule: self.config.schedule.name().into(),
             micro_batches: micro,
             interconnect: self.config.interconnect.name().into(),
+            compression: (!self.config.compression.is_lossless())
+                .then(|| self.config.compression.label().trim_start_matches('-').to_string()),
             stage_parameters: self.stages.iter().map(|s| s.module().parameter_count()).collect(),
             compute_seconds: seconds(|e| e.compute),
             transfer_seconds: seconds(|e| e.transfer),

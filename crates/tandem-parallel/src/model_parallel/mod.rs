@@ -16,6 +16,8 @@ mod balance;
 mod config;
 mod executor;
 mod figures;
+mod local;
+mod payload;
 mod policy;
 mod relay;
 mod scalar_sum;
@@ -26,20 +28,24 @@ use std::sync::atomic::AtomicBool;
 use std::thread::ScopedJoinHandle;
 use std::time::Duration;
 
-use burn::module::Module;
+use burn::module::{AutodiffModule, Module};
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Bool, Int, Tensor};
 use tandem_data::Encoded;
-use tandem_models::Classifier;
+use tandem_models::{Activation, AuxHeadConfig, Classifier};
+use tandem_train::bytes::{Reader, Writer};
 use tandem_train::{EpochPlan, StateParts, Strategy, TrainConfig, TrainError, TrainStats};
 
 pub use balance::{balanced_cuts, profile_blocks};
 pub use config::{Balance, ModelParallelConfig};
+pub use executor::LABEL_BYTES;
 pub use policy::{Peers, StepError, StepInput, StepPlan, StepPolicy};
-pub use stage::{wire_bytes, Stage, Wire};
+pub use stage::{wire_bytes, MicroBatch, OwnStep, Stage, Wire};
 
 use balance::choose_cuts;
 use executor::{DeviceWork, Shared};
 use figures::gather_epoch;
+use payload::StageCodecs;
 use scalar_sum::ScalarSum;
 use wiring::{wire_up, AcrossRanks, Placement};
 
@@ -63,6 +69,8 @@ pub struct ModelParallel<B: AutodiffBackend> {
     policies: Vec<Box<dyn StepPolicy<B>>>,
     placement: Placement,
     across: Option<AcrossRanks>,
+    /// Each stage's boundary codecs (compression), kept from epoch to epoch.
+    codecs: Vec<StageCodecs>,
 }
 
 impl<B: AutodiffBackend> ModelParallel<B> {
@@ -157,8 +165,10 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let modules = model.split(&cuts).map_err(|e| format!("`cuts`: {e}"))?;
         let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
         let snapshot = stages.iter().map(|s| s.module().clone()).collect();
+        let codecs = stages.iter().map(|_| StageCodecs::new(&config.compression)).collect();
         let config = config.clone();
         Ok(Self {
+            codecs,
             stages,
             pools,
             cuts,
@@ -180,6 +190,52 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         }
         self.policies = policies;
         Ok(self)
+    }
+
+    /// Local learning: every stage before the last gets an auxiliary head (`aux_head`, its loss
+    /// weighing `aux_weight` in real steps), every stage after the first a replay buffer of
+    /// `replay_samples` received samples (0: none). `seq`: the tokens of a sample.
+    pub fn with_local_learning(
+        mut self,
+        aux_head: &AuxHeadConfig,
+        aux_weight: f64,
+        replay_samples: usize,
+        seq: usize,
+    ) -> Self {
+        let last = self.stages.len() - 1;
+        let widths = self.output_widths(seq);
+        let stages = std::mem::take(&mut self.stages);
+        self.stages = stages
+            .into_iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(s, (stage, width))| {
+                let head = (s < last).then(|| aux_head.init(width, tandem_data::NUM_CLASSES, stage.device()));
+                let replay = if s > 0 { replay_samples } else { 0 };
+                stage.with_local(head.map(tandem_train::number_parameters), aux_weight, replay, &self.train)
+            })
+            .collect();
+        self
+    }
+
+    /// The width of each stage's output (its last dimension), from a pass of one sample of
+    /// `seq` tokens without dropout.
+    fn output_widths(&self, seq: usize) -> Vec<usize> {
+        let device = self.stages[0].device().clone();
+        let tokens = Tensor::<B::InnerBackend, 2, Int>::zeros([1, seq], &device);
+        let mask: Tensor<B::InnerBackend, 2, Bool> = tokens.clone().equal_elem(1);
+        let mut x = Activation::Tokens(tokens);
+        self.stages
+            .iter()
+            .map(|stage| {
+                x = stage.module().valid().fork(&device).forward_activation(x.clone(), &mask);
+                match &x {
+                    Activation::Sequence(t) => t.dims()[2],
+                    Activation::Features(t) => t.dims()[1],
+                    Activation::Tokens(t) => t.dims()[1],
+                }
+            })
+            .collect()
     }
 
     /// The cut points in use (block indices where each stage after the first begins).
@@ -221,15 +277,28 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         let (ends, relays) = wire_up::<B>(&devices, config.interconnect, placement, boundaries);
         let mut work: Vec<DeviceWork<B>> = local
             .clone()
-            .map(|device| DeviceWork { device, ids: Vec::new(), stages: Vec::new(), ends: Vec::new(), policy: None })
+            .map(|device| DeviceWork {
+                device,
+                ids: Vec::new(),
+                stages: Vec::new(),
+                ends: Vec::new(),
+                codecs: Vec::new(),
+                policy: None,
+            })
             .collect();
-        for (id, (stage, ends)) in
-            self.stages.iter_mut().zip(ends).enumerate().filter(|(id, _)| placement.runs_stage(*id))
+        for (id, ((stage, ends), codecs)) in self
+            .stages
+            .iter_mut()
+            .zip(ends)
+            .zip(self.codecs.iter_mut())
+            .enumerate()
+            .filter(|(id, _)| placement.runs_stage(*id))
         {
             let device = &mut work[placement.device_of(id) - local.start];
             device.ids.push(id);
             device.stages.push(stage);
             device.ends.push(ends);
+            device.codecs.push(codecs);
         }
         for (device, policy) in self.policies.iter_mut().enumerate().filter(|(d, _)| local.contains(d)) {
             work[device - local.start].policy = Some(policy);
@@ -317,24 +386,55 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             return Err("a multi-process job is not checkpointed".into());
         }
         let mut state = StateParts::default();
+        state.put(CUTS, Writer::default().counts(&self.cuts).0.clone());
         for (s, stage) in self.stages.iter().enumerate() {
             state.put(format!("stage.{s}"), stage.state()?.to_bytes());
         }
         for (d, policy) in self.policies.iter().enumerate() {
             state.put(format!("policy.{d}"), policy.state()?);
         }
+        if !self.config.compression.is_lossless() {
+            for (s, codecs) in self.codecs.iter().enumerate() {
+                let mut parts = StateParts::default();
+                codecs.state().into_iter().enumerate().for_each(|(i, bytes)| parts.put(i.to_string(), bytes));
+                state.put(format!("codecs.{s}"), parts.to_bytes());
+            }
+        }
         Ok(state)
     }
 
     fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+        if let Some(cuts) = checkpoint_cuts(state)?.filter(|c| *c != self.cuts) {
+            return Err(format!("the checkpoint's stages are cut at {cuts:?}, this run's at {:?}", self.cuts));
+        }
         for (s, stage) in self.stages.iter_mut().enumerate() {
             stage.restore(&StateParts::from_bytes(state.get(&format!("stage.{s}"))?)?)?;
         }
         for (d, policy) in self.policies.iter_mut().enumerate() {
-            policy.restore(state.get(&format!("policy.{d}"))?)?;
+            policy.restore(state.get(&format!("policy.{d}"))?, self.stages[d].device())?;
+        }
+        if !self.config.compression.is_lossless() {
+            for (s, codecs) in self.codecs.iter_mut().enumerate() {
+                let parts = StateParts::from_bytes(state.get(&format!("codecs.{s}"))?)?;
+                let bytes = (0..4).map(|i| parts.get(&i.to_string())).collect::<Result<Vec<_>, _>>()?;
+                codecs.restore(&bytes)?;
+            }
         }
         self.snapshot = self.stages.iter().map(|s| s.module().clone()).collect();
         Ok(())
+    }
+}
+
+/// The part of a checkpoint that holds where the model was cut.
+const CUTS: &str = "cuts";
+
+/// Where a checkpointed model-parallel run cut its model (`None` in a checkpoint without the
+/// part): a resumed run must cut there too (a balance by time measures anew, and may cut
+/// elsewhere).
+pub fn checkpoint_cuts(state: &StateParts) -> Result<Option<Vec<usize>>, String> {
+    match state.get(CUTS) {
+        Ok(bytes) => Reader(bytes).counts().map(Some),
+        Err(_) => Ok(None),
     }
 }
 

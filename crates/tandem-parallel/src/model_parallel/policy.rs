@@ -23,6 +23,12 @@ pub enum StepPlan {
     /// A real model-parallel step on the batch and, before it, on `replayed` (sample indices of
     /// earlier batches trained on again; empty for none).
     Train { replayed: Vec<usize> },
+    /// No end-to-end step: each of the device's stages trains on its own loss (local learning;
+    /// no gradient crosses a boundary). The first stage trains on the batch (with `first`, or
+    /// `transfer`, which sends its output on); a later stage on
+    /// the activations the stage before it sends now (`transfer`; every device must agree),
+    /// else, with `replay`, on inputs it received at earlier steps, else not at all.
+    Local { first: bool, transfer: bool, replay: bool },
     /// No model-parallel step: the policy has done whatever it does locally.
     Skip,
 }
@@ -34,6 +40,8 @@ pub struct StepInput<'a> {
     pub data: &'a Encoded,
     /// Whether this device runs the model's last stage (it has the loss).
     pub last_stage: bool,
+    /// The indices of the device's stages, in model order.
+    pub stages: &'a [usize],
 }
 
 /// A policy's failure: its run stops, naming the device.
@@ -88,12 +96,15 @@ pub trait StepPolicy<B: AutodiffBackend>: Send {
     /// A real step is done; `loss` is the batch's mean loss on the device with the last stage
     /// (`None` elsewhere).
     fn after_update(&mut self, stages: &[&mut Stage<B>], loss: Option<f64>, peers: &Peers) -> Result<(), StepError>;
+    /// A local step is done (a [`StepPlan::Local`]): each of the device's stages that trained
+    /// on its own loss, with that loss.
+    fn after_local(&mut self, _losses: &[(usize, f64)]) {}
     /// Bytes of control messages this device sent in the current epoch.
     fn control_bytes(&self) -> u64;
     /// The policy's state between steps, to checkpoint a run (an error where it cannot be).
     fn state(&self) -> Result<Vec<u8>, String>;
-    /// Continues from [`StepPolicy::state`]'s bytes.
-    fn restore(&mut self, state: &[u8]) -> Result<(), String>;
+    /// Continues from [`StepPolicy::state`]'s bytes, with tensors on the device's `device`.
+    fn restore(&mut self, state: &[u8], device: &B::Device) -> Result<(), String>;
     /// The epoch's protocol figures (names, step counts, horizons, forecast error); starts a new
     /// epoch. The pipeline fills in the figures over all devices (control bytes, prediction
     /// time, replayed samples).

@@ -13,13 +13,13 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use tandem_models::Activation;
 
-use super::stage::{wire_bytes, Wire};
+use super::payload::{Packed, Payload};
 use crate::link::{LinkReceiver, LinkSender, RecvError};
 use crate::ranks::RankLink;
 use crate::supervisor::panic_message;
 
 /// A message on a forward or backward link: global batch, micro-batch, values.
-pub(crate) type Message<B> = (usize, usize, Wire<B>);
+pub(crate) type Message<B> = (usize, usize, Payload<B>);
 
 /// What a relay did in an epoch.
 #[derive(Clone, Copy, Debug, Default)]
@@ -126,7 +126,7 @@ fn receive_in<B: AutodiffBackend>(
         relayed.busy += receiving.elapsed();
         last_arrival = Instant::now();
         let message = decode::<B>(&bytes, device).map_err(|e| format!("a message from rank {from}: {e}"))?;
-        let counted = wire_bytes::<B>(&message.2);
+        let counted = message.2.bytes();
         if stage.send(message, counted).is_err() {
             // The stage has stopped; its own error explains why.
             return Ok(relayed);
@@ -139,20 +139,27 @@ fn receive_in<B: AutodiffBackend>(
 const HEADER: usize = 2 + 8 + 8;
 
 /// `[kind, dimensions, batch (u64), micro-batch (u64), each dimension (u64)…, values…]`,
-/// little-endian; values as f32 (features) or i32 (token ids), 4 bytes each as the links count.
-fn encode<B: AutodiffBackend>(batch: usize, micro: usize, value: Wire<B>) -> Vec<u8> {
-    let (kind, dims, data) = match value {
-        Activation::Tokens(t) => (0u8, t.dims().to_vec(), t.into_data().convert::<i32>()),
-        Activation::Sequence(t) => (1, t.dims().to_vec(), t.into_data().convert::<f32>()),
-        Activation::Features(t) => (2, t.dims().to_vec(), t.into_data().convert::<f32>()),
+/// little-endian; values as f32 (features) or i32 (token ids), 4 bytes each as the links count,
+/// or a codec's packed bytes (kind 3).
+fn encode<B: AutodiffBackend>(batch: usize, micro: usize, payload: Payload<B>) -> Vec<u8> {
+    let (kind, dims, values) = match payload {
+        Payload::Values(Activation::Tokens(t)) => {
+            (0u8, t.dims().to_vec(), t.into_data().convert::<i32>().as_bytes().to_vec())
+        }
+        Payload::Values(Activation::Sequence(t)) => {
+            (1, t.dims().to_vec(), t.into_data().convert::<f32>().as_bytes().to_vec())
+        }
+        Payload::Values(Activation::Features(t)) => {
+            (2, t.dims().to_vec(), t.into_data().convert::<f32>().as_bytes().to_vec())
+        }
+        Payload::Packed(packed) => (3, packed.dims, packed.bytes),
     };
-    let values = data.as_bytes();
     let mut bytes = Vec::with_capacity(HEADER + 8 * dims.len() + values.len());
     bytes.extend([kind, dims.len() as u8]);
     for n in [batch, micro].iter().chain(&dims) {
         bytes.extend((*n as u64).to_le_bytes());
     }
-    bytes.extend_from_slice(values);
+    bytes.extend_from_slice(&values);
     bytes
 }
 
@@ -167,18 +174,20 @@ fn decode<B: AutodiffBackend>(bytes: &[u8], device: &B::Device) -> Result<Messag
     let (&kind, &rank) = (bytes.first().ok_or_else(short)?, bytes.get(1).ok_or_else(short)?);
     let (batch, micro) = (word(0)?, word(1)?);
     let dims = (0..rank as usize).map(|i| word(2 + i)).collect::<Result<Vec<_>, _>>()?;
-    let values = bytes[HEADER + 8 * dims.len()..].to_vec();
+    let values = bytes.get(HEADER + 8 * dims.len()..).ok_or_else(short)?.to_vec();
+    if kind == 3 {
+        return Ok((batch, micro, Payload::Packed(Packed { dims, bytes: values })));
+    }
     if values.len() != 4 * dims.iter().product::<usize>() {
         return Err(format!("{} value bytes for a tensor of shape {dims:?}", values.len()));
     }
     let data = TensorData::from_bytes_vec(values, dims, if kind == 0 { DType::I32 } else { DType::F32 });
     let value = match (kind, rank) {
         (0, 2) => Activation::Tokens(Tensor::<B::InnerBackend, 2, Int>::from_data(data, device)),
-        (1, 3) => Activation::Sequence(Tensor::from_data(data, device)),
-        (2, 2) => Activation::Features(Tensor::from_data(data, device)),
+        (1, 3) | (2, 2) => Activation::from_data(data, device)?,
         _ => return Err(format!("unknown activation kind {kind} of {rank} dimensions")),
     };
-    Ok((batch, micro, value))
+    Ok((batch, micro, Payload::Values(value)))
 }
 
 #[cfg(test)]
@@ -203,9 +212,10 @@ mod tests {
                 Activation::Features(_) => unreachable!(),
             };
             let (kind, elements) = (value.kind(), value.num_elements());
-            let bytes = encode::<B>(5, 2, value);
+            let bytes = encode::<B>(5, 2, Payload::Values(value));
             assert_eq!(bytes.len(), HEADER + 8 * if kind == "token ids" { 2 } else { 3 } + 4 * elements);
             let (batch, micro, back) = decode::<B>(&bytes, &device).unwrap();
+            let Payload::Values(back) = back else { panic!("values come back as values") };
             assert_eq!((batch, micro, back.kind()), (5, 2, kind));
             let got = match back {
                 Activation::Sequence(t) => t.to_data().iter::<f32>().collect::<Vec<_>>(),
@@ -215,5 +225,9 @@ mod tests {
             assert_eq!(got, expected);
         }
         assert!(decode::<B>(&[1, 3, 0], &device).unwrap_err().contains("too short"));
+        let packed = Packed { dims: vec![2, 3], bytes: vec![9, 8, 7] };
+        let bytes = encode::<B>(1, 0, Payload::Packed(packed.clone()));
+        assert_eq!(bytes.len(), HEADER + 16 + 3);
+        assert!(matches!(decode::<B>(&bytes, &device).unwrap(), (1, 0, Payload::Packed(p)) if p == packed));
     }
 }

@@ -18,6 +18,8 @@ use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::{self, AnyOptimizer};
 use tandem_train::{StateParts, TrainConfig};
 
+use super::local::Local;
+
 /// What crosses a boundary: a plain (non-autodiff) activation or gradient.
 pub type Wire<B> = Activation<<B as AutodiffBackend>::InnerBackend>;
 
@@ -36,6 +38,24 @@ struct Pending<B: AutodiffBackend> {
     input: Option<Activation<B>>,
     /// What the backward pass starts from: the stage's output, or the loss on the last stage.
     output: Output<B>,
+    /// The auxiliary head's leaves and its weighted loss, when a real step trains it too.
+    aux: Option<(Classifier<B>, Tensor<B, 1>)>,
+}
+
+/// A micro-batch as a stage sees it besides its input: the padding mask, the labels, and its
+/// share of the global batch (its loss is scaled by it, so micro-batches add up to the batch).
+pub struct MicroBatch<'a, B: AutodiffBackend> {
+    pub mask_pad: &'a Tensor<B, 2, Bool>,
+    pub labels: Tensor<B, 1, Int>,
+    pub weight: f64,
+}
+
+/// What a stage's step on its own loss gives: the mean loss, the samples classified correctly,
+/// and (before the last stage) the output to send on.
+pub struct OwnStep<B: AutodiffBackend> {
+    pub loss: f64,
+    pub correct: usize,
+    pub output: Option<Wire<B>>,
 }
 
 enum Output<B: AutodiffBackend> {
@@ -51,6 +71,8 @@ pub struct Stage<B: AutodiffBackend> {
     device: B::Device,
     pending: HashMap<usize, Pending<B>>,
     grads: GradientsAccumulator<Classifier<B>>,
+    /// Local learning (absent: vanilla model parallelism).
+    local: Option<Local<B>>,
 }
 
 impl<B: AutodiffBackend> Stage<B> {
@@ -62,7 +84,38 @@ impl<B: AutodiffBackend> Stage<B> {
             device,
             pending: HashMap::new(),
             grads: GradientsAccumulator::new(),
+            local: None,
         }
+    }
+
+    /// The stage with local learning: an auxiliary `head` (stages before the last) whose loss
+    /// weighs `aux_weight` in real steps, and a replay buffer of `replay_samples` received
+    /// samples (stages after the first; 0: none).
+    pub fn with_local(
+        mut self,
+        head: Option<Classifier<B>>,
+        aux_weight: f64,
+        replay_samples: usize,
+        train: &TrainConfig,
+    ) -> Self {
+        let head = head.map(|h| h.fork(&self.device));
+        self.local = Some(Local::new(head, aux_weight, replay_samples, train));
+        self
+    }
+
+    /// Parameters of the auxiliary head (0 without one).
+    pub fn aux_parameters(&self) -> usize {
+        self.head().map_or(0, |h| h.parameter_count())
+    }
+
+    /// Whether real steps train the auxiliary head too (its loss has a weight), so the stage
+    /// needs the labels.
+    pub fn trains_aux_in_real_steps(&self) -> bool {
+        self.local.as_ref().and_then(|l| l.head.as_ref()).is_some_and(|h| h.weight != 0.0)
+    }
+
+    fn head(&self) -> Option<&Classifier<B>> {
+        self.local.as_ref()?.head.as_ref()?.module.as_ref()
     }
 
     /// The device the stage computes on.
@@ -76,37 +129,87 @@ impl<B: AutodiffBackend> Stage<B> {
     }
 
     /// Forward pass of micro-batch `micro` on a stage that is not the last: `input` is the token
-    /// ids (first stage) or the upstream stage's output; returns the output to send on.
-    pub fn forward(&mut self, micro: usize, input: Wire<B>, mask_pad: &Tensor<B, 2, Bool>) -> Wire<B> {
+    /// ids (first stage) or the upstream stage's output; returns the output to send on. With an
+    /// auxiliary head whose loss has a weight, the head's loss joins this micro-batch's backward.
+    pub fn forward(&mut self, micro: usize, input: Wire<B>, batch: &MicroBatch<B>) -> Wire<B> {
         let input = attach::<B>(input, &self.device);
         let module = fresh_leaves(self.module());
-        let output = module.forward_activation(input.clone(), mask_pad);
+        let output = module.forward_activation(input.clone(), batch.mask_pad);
         let sent = detach::<B>(output.clone());
-        self.pending.insert(micro, Pending { module, input: trainable(input), output: Output::Activation(output) });
+        let aux = match self.local.as_ref().and_then(|l| l.head.as_ref()).filter(|h| h.weight != 0.0) {
+            Some(head) => {
+                let leaves = fresh_leaves(head.module.as_ref().expect(HELD));
+                let logits = leaves.forward_activation(output.clone(), batch.mask_pad).into_features();
+                let loss = tandem_train::loss(logits, batch.labels.clone()).mul_scalar(batch.weight * head.weight);
+                Some((leaves, loss))
+            }
+            None => None,
+        };
+        self.pending
+            .insert(micro, Pending { module, input: trainable(input), output: Output::Activation(output), aux });
         sent
     }
 
     /// Forward pass of micro-batch `micro` on the last stage, up to the loss. The loss is the
-    /// micro-batch's mean cross-entropy scaled by `weight` (its share of the global batch), so
-    /// that the micro-batches' gradients add up to the global batch's. Returns the unscaled loss and how many samples the logits classify
-    /// correctly.
-    pub fn forward_loss(
-        &mut self,
-        micro: usize,
-        input: Wire<B>,
-        mask_pad: &Tensor<B, 2, Bool>,
-        labels: Tensor<B, 1, Int>,
-        weight: f64,
-    ) -> (f64, usize) {
+    /// micro-batch's mean cross-entropy scaled by its `weight` (its share of the global batch), so
+    /// that the micro-batches' gradients add up to the global batch's. Returns the unscaled loss
+    /// and how many samples the logits classify correctly.
+    pub fn forward_loss(&mut self, micro: usize, input: Wire<B>, batch: &MicroBatch<B>) -> (f64, usize) {
         let input = attach::<B>(input, &self.device);
         let module = fresh_leaves(self.module());
-        let logits = module.forward_activation(input.clone(), mask_pad).into_features();
-        let correct = tandem_train::correct_predictions(logits.clone(), labels.clone());
-        let loss = tandem_train::loss(logits, labels);
+        let logits = module.forward_activation(input.clone(), batch.mask_pad).into_features();
+        let correct = tandem_train::correct_predictions(logits.clone(), batch.labels.clone());
+        let loss = tandem_train::loss(logits, batch.labels.clone());
         let value: f64 = burn::tensor::ElementConversion::elem(loss.clone().into_scalar());
-        self.pending
-            .insert(micro, Pending { module, input: trainable(input), output: Output::Loss(loss.mul_scalar(weight)) });
+        let output = Output::Loss(loss.mul_scalar(batch.weight));
+        self.pending.insert(micro, Pending { module, input: trainable(input), output, aux: None });
         (value, correct)
+    }
+
+    /// A step on the stage's own loss, with no gradient to or from another stage (local
+    /// learning): the task loss on the last stage (`last`), the auxiliary head's loss before it.
+    /// Accumulates the gradients for [`Stage::step`].
+    pub fn train_own(&mut self, input: Wire<B>, batch: &MicroBatch<B>, last: bool) -> Result<OwnStep<B>, String> {
+        let input = attach_values::<B>(input, &self.device);
+        let module = fresh_leaves(self.module());
+        let output = module.forward_activation(input, batch.mask_pad);
+        let (head, sent, logits) = match last {
+            true => (None, None, output.into_features()),
+            false => {
+                let head = self.head().ok_or("a stage before the last needs an auxiliary head to learn locally")?;
+                let leaves = fresh_leaves(head);
+                let logits = leaves.forward_activation(output.clone(), batch.mask_pad).into_features();
+                (Some(leaves), Some(detach::<B>(output)), logits)
+            }
+        };
+        let correct = tandem_train::correct_predictions(logits.clone(), batch.labels.clone());
+        let loss = tandem_train::loss(logits, batch.labels.clone());
+        let value: f64 = burn::tensor::ElementConversion::elem(loss.clone().into_scalar());
+        let mut grads = loss.mul_scalar(batch.weight).backward();
+        self.accumulate(&module, head.as_ref(), &mut grads);
+        Ok(OwnStep { loss: value, correct, output: sent })
+    }
+
+    /// Adds a backward pass's gradients to the stage's (and its head's).
+    fn accumulate(&mut self, module: &Classifier<B>, head: Option<&Classifier<B>>, grads: &mut B::Gradients) {
+        if let (Some(leaves), Some(h)) = (head, self.local.as_mut().and_then(|l| l.head.as_mut())) {
+            h.grads.accumulate(leaves, GradientsParams::from_module(grads, leaves));
+            h.touched = true;
+        }
+        self.grads.accumulate(module, GradientsParams::from_module(grads, module));
+    }
+
+    /// Keeps an input this stage received (its `samples`) for replay, if it replays.
+    pub fn remember(&mut self, samples: &[usize], input: &Wire<B>) {
+        if let Some(local) = &mut self.local {
+            local.remember(samples, input);
+        }
+    }
+
+    /// About `samples` buffered received samples to train on again, with their sample indices;
+    /// `None` when nothing is buffered.
+    pub fn replay(&mut self, samples: usize) -> Option<(Vec<usize>, Wire<B>)> {
+        self.local.as_mut()?.replay(samples)
     }
 
     /// Backward pass of micro-batch `micro`: `grad` is the gradient of the loss with respect to
@@ -120,10 +223,13 @@ impl<B: AutodiffBackend> Stage<B> {
             (Output::Activation(output), Some(grad)) => seed::<B>(output, attach_values::<B>(grad, &self.device)),
             _ => return Err("a stage's backward got a gradient that does not match its place in the pipeline".into()),
         };
-        let grads = seed.backward();
+        let (head, seed) = match pending.aux {
+            Some((head, aux_loss)) => (Some(head), seed + aux_loss),
+            None => (None, seed),
+        };
+        let mut grads = seed.backward();
         let input_grad = pending.input.as_ref().map(|input| input_gradient::<B>(input, &grads)).transpose()?;
-        let params = GradientsParams::from_grads(grads, &pending.module);
-        self.grads.accumulate(&pending.module, params);
+        self.accumulate(&pending.module, head.as_ref(), &mut grads);
         Ok(input_grad)
     }
 
@@ -138,7 +244,16 @@ impl<B: AutodiffBackend> Stage<B> {
         let grads = self.grads.grads();
         let norm = optim::gradient_norm(module, &grads);
         self.grads.accumulate(module, grads);
-        norm * norm
+        let head = match self.local.as_mut().and_then(|l| l.head.as_mut()).filter(|h| h.touched) {
+            Some(h) => {
+                let (module, grads) = (h.module.as_ref().expect(HELD), h.grads.grads());
+                let norm = optim::gradient_norm(module, &grads);
+                h.grads.accumulate(module, grads);
+                norm * norm
+            }
+            None => 0.0,
+        };
+        norm * norm + head
     }
 
     /// Applies the accumulated gradients, multiplied by `scale` (global-norm clipping), with the
@@ -151,6 +266,14 @@ impl<B: AutodiffBackend> Stage<B> {
         }
         let lr = optim::learning_rate(train, step, total_steps);
         self.module = Some(self.optimizer.step(lr, module, grads));
+        if let Some(h) = self.local.as_mut().and_then(|l| l.head.as_mut()).filter(|h| h.touched) {
+            let (module, mut grads) = (h.module.take().expect(HELD), h.grads.grads());
+            if scale != 1.0 {
+                optim::scale_gradients(&module, &mut grads, scale);
+            }
+            h.module = Some(h.optimizer.step(lr, module, grads));
+            h.touched = false;
+        }
     }
 
     /// Replaces the parameters through `mapper` between steps. Parameter ids are kept, so the
@@ -172,6 +295,9 @@ impl<B: AutodiffBackend> Stage<B> {
         let mut state = StateParts::default();
         state.put("module", model_bytes(self.module())?);
         state.put("optimizer", self.optimizer.state()?.to_bytes());
+        if let Some(local) = &self.local {
+            state.put("local", local.state()?.to_bytes());
+        }
         Ok(state)
     }
 
@@ -179,13 +305,21 @@ impl<B: AutodiffBackend> Stage<B> {
     pub(crate) fn restore(&mut self, state: &StateParts) -> Result<(), String> {
         let module = self.module.take().expect(HELD);
         self.module = Some(load_model_bytes(module, state.get("module")?, &self.device)?);
-        self.optimizer.restore(&StateParts::from_bytes(state.get("optimizer")?)?, &self.device)
+        self.optimizer.restore(&StateParts::from_bytes(state.get("optimizer")?)?, &self.device)?;
+        match &mut self.local {
+            Some(local) => local.restore(&StateParts::from_bytes(state.get("local")?)?, &self.device),
+            None => Ok(()),
+        }
     }
 
     /// Drops any half-finished micro-batches and gradients (after a failure elsewhere).
     pub fn reset(&mut self) {
         self.pending.clear();
         self.grads.grads();
+        if let Some(h) = self.local.as_mut().and_then(|l| l.head.as_mut()) {
+            h.grads.grads();
+            h.touched = false;
+        }
     }
 }
 

@@ -23,6 +23,9 @@ pub struct PipelineFigures {
     pub micro_batches: usize,
     /// The simulated interconnect's name.
     pub interconnect: String,
+    /// How boundaries encode what they carry, e.g. `a4g8-delta` (absent: 32 bits, lossless).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
     /// Parameters of each stage (all `stages × virtual_stages` of them, in model order).
     pub stage_parameters: Vec<usize>,
     pub compute_seconds: Vec<f64>,
