@@ -150,33 +150,42 @@ fn largest_relative_difference(reference: &[f32], got: &[f32]) -> f32 {
 }
 
 /// Builds each architecture on ndarray, copies its parameters to `B`, and compares logits and
-/// every gradient (relative difference ≤ 1e-4); the recurrent layers run as one autodiff node on
-/// both.
+/// every gradient (relative difference ≤ 1e-4; on CUDA ≤ 2e-3, whose f32 matrix products round
+/// more coarsely: on an NVIDIA H200 the largest difference over the four architectures was
+/// 7.1e-4, as TensorFloat-32 products would give); the recurrent layers run as one autodiff node
+/// on both.
 fn agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
     assert!(
         tandem_models::FastPath::Recurrence.active_on::<B>(),
         "{name}: the recurrent layers fall back to ordinary operations (is tandem-models' `{name}` feature on?)"
     );
     let reference_device = Default::default();
+    let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
+    // Every comparison is made and printed before the test fails, so one run shows them all.
+    let mut beyond = Vec::new();
     for config in configs() {
         let reference: Classifier<Reference> = config.init(&INPUT, &reference_device);
         let model: Classifier<B> = config.init(&INPUT, &device).with_parameters_of(&reference);
         let (expected_logits, expected_grads) = logits_and_gradients(&reference, &reference_device);
         let (logits, grads) = logits_and_gradients(&model, &device);
         let arch = config.architecture().name();
-        let d = largest_relative_difference(&expected_logits, &logits);
-        assert!(d <= 1e-4, "{name} {arch}: logits differ from ndarray by {d:e} (relative)");
+        let mut check = |what: String, d: f32| {
+            eprintln!("{name} {arch}: {what} within {d:e} (relative) of ndarray");
+            if d > tolerance {
+                beyond.push(format!("{name} {arch}: {what} differ from ndarray by {d:e} (relative)"));
+            }
+        };
+        check("logits".into(), largest_relative_difference(&expected_logits, &logits));
         assert_eq!(expected_grads.len(), grads.len());
         for (i, (e, g)) in expected_grads.iter().zip(&grads).enumerate() {
             assert!(
                 e.iter().any(|v| *v != 0.0),
                 "{arch}: parameter {i} has a zero gradient, the test would prove nothing"
             );
-            let d = largest_relative_difference(e, g);
-            assert!(d <= 1e-4, "{name} {arch}: gradient of parameter {i} differs from ndarray by {d:e} (relative)");
+            check(format!("gradient of parameter {i}"), largest_relative_difference(e, g));
         }
-        eprintln!("{name} {arch}: logits and {} gradients agree with ndarray", grads.len());
     }
+    assert!(beyond.is_empty(), "{}", beyond.join("\n"));
 }
 
 #[test]

@@ -392,3 +392,28 @@ fn range_errors_name_the_field_and_its_line() {
     let devices = MINIMAL.replace("name = \"demo\"", "name = \"demo\"\ndevices = [\"cpu\", \"tpu:0\"]");
     assert_names(&devices, "experiment.devices[1]", "devices");
 }
+
+#[test]
+fn local_learning_and_compression_settings_are_read_and_checked() {
+    let text = format!(
+        "{MINIMAL}\n[[strategies]]\nkind = \"local-learning\"\nmodel_parallel = {{ stages = 2, cuts = [1], micro_batches = 4, interconnect = \"1gbe\", compression = {{ activation_bits = 4, gradient_bits = 8, scheme = \"delta\" }} }}\ntrigger = {{ kind = \"periodic\", every = 56 }}\ntransfer_every = 8\nlater_stages = {{ kind = \"predict\", predictor = {{ kind = \"static\" }} }}\n"
+    );
+    let m = parse(&text).unwrap();
+    assert_eq!(m.strategies[0].label(), "local-linear-static-periodic56-t8-2s-cuts1-gpipe-4m-1gbe-a4g8-delta");
+    assert_eq!(m.strategies[0].name(), "local-learning");
+    // Bits that no codec encodes, a trigger that reads what local learning lacks, an unknown key.
+    let e = error_of(&text.replace("activation_bits = 4", "activation_bits = 3"));
+    assert!(e.contains("activation_bits") && e.contains("line"), "{e}");
+    let e = error_of(&text.replace("kind = \"periodic\", every = 56", "kind = \"safe-zone\""));
+    assert!(e.contains("safe-zone") && e.contains("trigger"), "{e}");
+    let replaying = text.replace("kind = \"predict\", predictor = { kind = \"static\" }", "kind = \"replay\"");
+    let e = error_of(&replaying.replace("kind = \"periodic\", every = 56", "kind = \"adaptive\""));
+    assert!(e.contains("adaptive") && e.contains("predict"), "{e}");
+    assert_names(&text.replace("transfer_every = 8", "transfer_every = 8\naux_hed = 1"), "aux_hed", "aux_hed = 1");
+    let e = error_of(&text.replace("stages = 2, cuts = [1]", "stages = 1"));
+    assert!(e.contains("at least 2 stages"), "{e}");
+    // The local-loss trigger belongs to local learning.
+    let sync =
+        format!("{MINIMAL}\n[[strategies]]\nkind = \"predictive-sync\"\ntrigger = {{ kind = \"local-loss\" }}\n");
+    assert!(error_of(&sync).contains("local-loss"));
+}

@@ -79,13 +79,8 @@ impl PredictiveSyncConfig {
                 Box::new(policy) as Box<dyn StepPolicy<B>>
             })
             .collect();
-        let strategy = match ranks {
-            Some(ranks) => {
-                ModelParallel::across_ranks(model, train, &self.model_parallel, devices, profile_data, ranks)?
-            }
-            None => ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?,
-        };
-        strategy.with_policies(policies)
+        ModelParallel::for_job(model, train, &self.model_parallel, devices, profile_data, ranks)?
+            .with_policies(policies)
     }
 }
 
@@ -221,13 +216,7 @@ impl LocalLearningConfig {
             LaterStages::Replay { buffer_batches, .. } => buffer_batches * train.batch_size,
             LaterStages::Predict { .. } => 0,
         };
-        let strategy = match ranks {
-            Some(ranks) => {
-                ModelParallel::across_ranks(model, train, &self.model_parallel, devices, profile_data, ranks)?
-            }
-            None => ModelParallel::new(model, train, &self.model_parallel, devices, profile_data)?,
-        };
-        strategy
+        ModelParallel::for_job(model, train, &self.model_parallel, devices, profile_data, ranks)?
             .with_local_learning(&self.aux_head, self.aux_weight, replay_samples, profile_data.max_len)
             .with_policies(policies)
     }

@@ -143,11 +143,10 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
                 None => Ok(s),
             })
             .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
-        StrategyConfig::ModelParallel(mp) => match ctx.ranks {
-            Some(ranks) => ModelParallel::across_ranks(model, train, mp, devices, &ctx.data.train, ranks),
-            None => ModelParallel::new(model, train, mp, devices, &ctx.data.train),
+        StrategyConfig::ModelParallel(mp) => {
+            ModelParallel::for_job(model, train, mp, devices, &ctx.data.train, ctx.ranks)
+                .map(|s| Box::new(s) as Box<dyn Strategy<B>>)
         }
-        .map(|s| Box::new(s) as Box<dyn Strategy<B>>),
         StrategyConfig::PredictiveSync(sync) => {
             sync.build(model, train, devices, &ctx.data.train, ctx.ranks).map(|s| Box::new(s) as Box<dyn Strategy<B>>)
         }

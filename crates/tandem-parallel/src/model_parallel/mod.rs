@@ -153,6 +153,22 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         Ok(strategy)
     }
 
+    /// [`ModelParallel::new`] in one process, [`ModelParallel::across_ranks`] in a multi-process
+    /// job (`ranks`; `devices` are then this rank's).
+    pub fn for_job(
+        model: Classifier<B>,
+        train: &TrainConfig,
+        config: &ModelParallelConfig,
+        devices: Vec<B::Device>,
+        profile_data: &Encoded,
+        ranks: Option<&dyn Ranks>,
+    ) -> Result<Self, String> {
+        match ranks {
+            Some(ranks) => Self::across_ranks(model, train, config, devices, profile_data, ranks),
+            None => Self::new(model, train, config, devices, profile_data),
+        }
+    }
+
     fn assemble(
         model: Classifier<B>,
         train: &TrainConfig,
