@@ -59,6 +59,7 @@ pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, ste
             total_steps: all.len(),
             rng_seed: 1,
             on_batch: &|_| {},
+            interrupt: &|| false,
         };
         strategy.train_epoch(&plan).expect("training step")
     };

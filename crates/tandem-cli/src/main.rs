@@ -231,11 +231,21 @@ fn dispatch(command: Command) -> Result<(), String> {
                 // Every rank failed alike: each reports it, then waits for the others, since the
                 // first rank to exit with an error makes mpirun kill the rest.
                 (Err(e), Some(ranks)) => {
-                    // One write, so that the ranks' lines do not interleave.
-                    let line = format!("error: rank {}: {e}\n", ranks.rank());
-                    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                    // One write, so that the ranks' lines do not interleave; an interruption
+                    // (every rank stopped at the same point) is told once.
+                    let status = e.exit_status();
+                    let line = match status {
+                        Some(_) => (ranks.rank() == 0).then(|| format!("{e}\n")),
+                        None => Some(format!("error: rank {}: {e}\n", ranks.rank())),
+                    };
+                    if let Some(line) = line {
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                    }
                     let _ = ranks.check_same("end of the job", 0);
-                    Err(String::new())
+                    match status {
+                        Some(status) => std::process::exit(i32::from(status)),
+                        None => Err(String::new()),
+                    }
                 }
                 (Err(e), None) => match e.exit_status() {
                     Some(status) => {

@@ -379,8 +379,11 @@ fn a_stuck_rank_ends_the_job_after_the_timeout_and_rank_0_keeps_its_results() {
     let run = run_dir(&ended.dir.path().join("results"), "long", "gru");
     let summary: RunSummary =
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    // Rank 0 waited in a step's all-reduce, or (rank 1 stopped between two epochs) for the
+    // ranks' word at the end of the epoch.
     assert!(
-        summary.error.as_deref().is_some_and(|e| e.contains("while in a gradient all-reduce across ranks")),
+        summary.error.as_deref().is_some_and(|e| e.contains("while in a gradient all-reduce across ranks")
+            || e.contains("while receiving rank 0's word at the end of an epoch")),
         "{summary:?}"
     );
     assert!(summary.epochs_completed >= 1 && run.join("model.bin").exists(), "finished epochs and the model are kept");
@@ -402,4 +405,79 @@ fn a_stuck_rank_of_a_pipeline_ends_the_job_after_the_timeout_and_rank_0_keeps_it
         || error.contains("no answer from the other ranks for 4.5 s");
     assert!(named, "{error}");
     assert!(summary.epochs_completed >= 1 && run.join("model.bin").exists(), "finished epochs and the model are kept");
+}
+
+/// Each record of a run's `epochs.jsonl` without what differs between runs (timings, figures).
+fn records_without_timings(run: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(run.join("epochs.jsonl")).unwrap();
+    text.lines()
+        .map(|line| {
+            let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+            for timing in ["train_seconds", "eval_seconds", "train_samples_per_second", "figures"] {
+                record.as_object_mut().unwrap().remove(timing);
+            }
+            record
+        })
+        .collect()
+}
+
+/// A job stopped by SIGTERM to `mpirun` (which passes it on to every rank) once rank 0 holds a
+/// checkpoint, then run again, ends with the bytes of the job never stopped: data parallelism
+/// (a replica per rank) and a pipeline (a stage per rank).
+#[test]
+fn a_job_stopped_by_a_signal_resumes_to_the_bytes_of_one_never_stopped() {
+    const EPOCHS: usize = 300;
+    let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
+    let pipeline =
+        "[strategy]\nkind = \"model-parallel\"\nstages = 2\ncuts = [2]\nschedule = \"1f1b\"\nmicro_batches = 3\n";
+    for (name, strategy) in [("dp", data_parallel(1, "")), ("mp", pipeline.to_string())] {
+        let dir = tempfile::tempdir().unwrap();
+        let job = manifest(dir.path(), name, &data, &strategy, EPOCHS, "\n[cluster]\nranks = 2\n");
+        let whole = dir.path().join("whole");
+        run_on_two_ranks(&whole, &job);
+
+        let out = dir.path().join("stopped");
+        let mut child = mpirun()
+            .unwrap()
+            .args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"])
+            .arg(&out)
+            .arg(&job)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while !out.join(name).is_dir() || !run_dir(&out, name, "gru").join("checkpoint.bin").is_file() {
+            assert!(child.try_wait().unwrap().is_none(), "{name}: the job ended before its first checkpoint");
+            assert!(started.elapsed() < Duration::from_secs(120), "{name}: no checkpoint after 2 minutes");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Well within the job (about 12 ms an epoch here).
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+        let stopped = child.wait_with_output().unwrap();
+        let stopped = String::from_utf8_lossy(&stopped.stderr).into_owned();
+        let run = run_dir(&out, name, "gru");
+        // Both ranks stopped at the same point, with a checkpoint each and rank 0's summary.
+        assert!(stopped.contains("interrupted (signal 15) after"), "{name}:\n{stopped}");
+        assert_eq!(summary(&run).status, tandem_results::RunStatus::Interrupted, "{name}");
+        assert!(run.join("checkpoint.rank-1.bin").is_file(), "{name}: rank 1 checkpoints too:\n{stopped}");
+
+        let (ok, resumed) = output(
+            mpirun()
+                .unwrap()
+                .args(["-np", "2", env!("CARGO_BIN_EXE_tandem"), "run", "--offline", "--out"])
+                .arg(&out)
+                .arg(&job),
+        );
+        assert!(ok && resumed.contains("resuming after"), "{name}:\n{stopped}\n--- resumed:\n{resumed}");
+        let expected = run_dir(&whole, name, "gru");
+        assert!(
+            std::fs::read(expected.join("model.bin")).unwrap() == std::fs::read(run.join("model.bin")).unwrap(),
+            "{name}: the resumed job ends with other parameters:\n{resumed}"
+        );
+        assert_eq!(records_without_timings(&run), records_without_timings(&expected), "{name}");
+        assert!(!run.join("checkpoint.bin").exists() && !run.join("checkpoint.rank-1.bin").exists());
+        assert_rank_1_finished(&run, EPOCHS);
+    }
 }

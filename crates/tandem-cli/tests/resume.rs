@@ -1,7 +1,7 @@
 //! Runs you can interrupt and resume: a rerun of a finished run does nothing, a changed
-//! manifest is refused, a run killed (SIGKILL) or interrupted (SIGINT, SIGTERM) after an epoch
-//! or a stream's evaluation point resumes to the same bytes as a run never stopped, for every
-//! strategy kind, with dropout, on flex.
+//! manifest is refused, a run killed (SIGKILL) after an epoch or a stream's evaluation point,
+//! or interrupted (SIGINT, SIGTERM) part-way through one, resumes to the same bytes as a run
+//! never stopped, for every strategy kind, with dropout, on flex.
 
 mod common;
 
@@ -255,6 +255,35 @@ fn sigint_and_sigterm_write_an_interrupted_summary_and_exit_130_and_143() {
         assert!(stderr.contains("interrupted") && stderr.contains("resumes it"), "{stderr}");
         assert!(stderr.contains("resuming after"), "{stderr}");
         let _ = std::fs::remove_dir_all(out.parent().unwrap());
+    }
+}
+
+/// Sends SIGINT a moment after the first checkpoint, within the next epoch or point.
+fn interrupt_within_a_point(child: &mut Child) {
+    std::thread::sleep(Duration::from_millis(10));
+    signal("-INT")(child);
+}
+
+#[test]
+fn a_signal_stops_every_strategy_kind_after_its_current_step_and_it_resumes_to_identical_bytes() {
+    let kinds = [(DATA_PARALLEL, ""), (MODEL_PARALLEL, ""), (PREDICTIVE_SYNC, ""), (LOCAL_LEARNING, STREAM)];
+    for (strategy, train_extra) in kinds {
+        // A signal that lands while the holdout set is evaluated stops the run between two
+        // points instead (also resumed exactly): try again, to see one part-way through.
+        for attempt in 1..=3 {
+            let Some((status, stderr, out)) =
+                stopped_and_resumed(strategy, train_extra, "checkpoint.bin", interrupt_within_a_point)
+            else {
+                return;
+            };
+            let _ = std::fs::remove_dir_all(out.parent().unwrap());
+            assert_eq!(status, Some(130), "{stderr}");
+            if stderr.contains("steps of the next; `tandem run") {
+                assert!(stderr.contains("resuming after") && stderr.contains("steps of the next\n"), "{stderr}");
+                break;
+            }
+            assert!(attempt < 3, "{strategy}: never stopped part-way through a point: {stderr}");
+        }
     }
 }
 

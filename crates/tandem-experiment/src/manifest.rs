@@ -206,6 +206,18 @@ impl StrategyConfig {
         }
     }
 
+    /// How long the strategy's workers (and the processes of a job) wait for each other.
+    pub fn timeout(&self) -> std::time::Duration {
+        let seconds = match self {
+            Self::Sequential(_) => return std::time::Duration::MAX,
+            Self::DataParallel(c) => c.timeout_seconds,
+            Self::ModelParallel(c) => c.timeout_seconds,
+            Self::PredictiveSync(c) => c.model_parallel.timeout_seconds,
+            Self::LocalLearning(c) => c.model_parallel.timeout_seconds,
+        };
+        std::time::Duration::from_secs_f64(seconds)
+    }
+
     /// Number of devices the strategy computes on.
     pub fn num_devices(&self) -> usize {
         match self {

@@ -16,7 +16,7 @@ use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
 use crate::ranks::{check_same_parameters, cross_rank_timeout, CrossRank, Ranks};
 use crate::shard::shard_ranges;
-use crate::supervisor::{thread_pools, Failure, Reporter, Stopped, Supervisor};
+use crate::supervisor::{thread_pools, Failure, Gate, Reporter, Stopped, Supervisor};
 
 /// `[strategy] kind = "data-parallel"`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -215,9 +215,10 @@ impl<B: AutodiffBackend> Replica<B> {
         group: Group,
         reports: &Reporter<ReplicaEpoch>,
         stop: &AtomicBool,
+        gate: &Gate,
     ) -> Result<ReplicaEpoch, String> {
         collective::join::<B::InnerBackend>(self.rank, group.peers, group.kind, &self.device)?;
-        let result = self.steps(plan, train, group.shards, reports, stop);
+        let result = self.steps(plan, train, group.shards, reports, stop, gate);
         let left = collective::leave::<B::InnerBackend>(self.rank);
         let epoch = result?;
         left.map(|()| epoch)
@@ -230,11 +231,15 @@ impl<B: AutodiffBackend> Replica<B> {
         shards: usize,
         reports: &Reporter<ReplicaEpoch>,
         stop: &AtomicBool,
+        gate: &Gate,
     ) -> Result<ReplicaEpoch, String> {
         let mut epoch = ReplicaEpoch::default();
         for (i, indices) in plan.batches.iter().enumerate() {
             if stop.load(Ordering::SeqCst) {
                 return Err("stopped because another replica failed".into());
+            }
+            if !gate.may_begin(self.rank, i) {
+                break;
             }
             let started = Instant::now();
             tandem_models::dropout::begin_step(plan.rng_seed, self.shard, plan.first_step + i);
@@ -284,6 +289,7 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
         let peers = self.replicas.len();
         let group = Group { peers, kind: self.config.all_reduce, shards: self.shards };
         let stop = AtomicBool::new(false);
+        let gate = Gate::new(peers, plan.interrupt, self.totals.is_none());
         let train = &self.train;
         let supervisor = Supervisor {
             kind: "replica",
@@ -295,7 +301,7 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
             on_stop: &|| collective::abort::<B::InnerBackend>(),
         };
         let work = |(replica, pool): (&mut Replica<B>, &rayon::ThreadPool), reporter: &Reporter<ReplicaEpoch>| {
-            pool.install(|| replica.run_epoch(plan, train, group, reporter, &stop)).map_err(|e| {
+            pool.install(|| replica.run_epoch(plan, train, group, reporter, &stop, &gate)).map_err(|e| {
                 match stop.load(Ordering::SeqCst) {
                     // Stopped because another replica failed or stalled: that explains this failure.
                     true => Failure::elsewhere(e),
@@ -311,9 +317,9 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
         if let Some(totals) = &mut self.totals {
             // Loss and samples of every rank's shards, not just this rank's (f32: sample counts
             // are exact up to 2^24 per epoch).
-            let mut sums = [(stats.loss * stats.samples as f64) as f32, stats.samples as f32, stats.correct as f32];
+            let mut sums = [stats.loss_sum as f32, stats.samples as f32, stats.correct as f32];
             totals.link.all_reduce_sum(&mut sums, totals.timeout).map_err(TrainError::Strategy)?;
-            stats.loss = f64::from(sums[0]) / f64::from(sums[1]).max(1.0);
+            stats.loss_sum = f64::from(sums[0]);
             stats.samples = sums[1].round() as usize;
             (stats.tested, stats.correct) = (stats.samples, sums[2].round() as usize);
         }
@@ -365,7 +371,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
         let n = epochs.len().max(1) as f64;
         let samples: usize = epochs.iter().map(|e| e.samples).sum();
         let correct: usize = epochs.iter().map(|e| e.correct).sum();
-        let loss = epochs.iter().map(|e| e.loss_sum).sum::<f64>() / samples.max(1) as f64;
+        let loss_sum = epochs.iter().map(|e| e.loss_sum).sum::<f64>();
         let steps = epochs.first().map_or(0, |e| e.comm.steps) as usize;
         let per_step =
             |f: fn(&CommStats) -> u64| epochs.iter().map(|e| f(&e.comm) as f64).sum::<f64>() / n / steps.max(1) as f64;
@@ -392,6 +398,13 @@ impl<B: AutodiffBackend> DataParallel<B> {
             cross_rank_seconds,
             cross_rank_bytes_per_replica_per_step: per_step(|c| c.cross_rank_bytes),
         };
-        TrainStats { loss, samples, steps, tested: samples, correct, figures: StrategyFigures::DataParallel(figures) }
+        TrainStats {
+            loss_sum,
+            samples,
+            steps,
+            tested: samples,
+            correct,
+            figures: StrategyFigures::DataParallel(figures),
+        }
     }
 }

@@ -38,7 +38,7 @@ pub use model_parallel::{
 };
 #[cfg(feature = "mpi")]
 pub use mpi_ranks::MpiRanks;
-pub use ranks::{fingerprint, launched_by_mpi, launched_job_size, RankLink, Ranks};
+pub use ranks::{cross_rank_timeout, fingerprint, launched_by_mpi, launched_job_size, RankLink, Ranks};
 pub use schedule::{theoretical_bubble, Action, Layout, Pass, PipelineSchedule, Schedule};
 pub use shard::shard_ranges;
 pub use supervisor::{on_stuck_worker, StuckHandler};

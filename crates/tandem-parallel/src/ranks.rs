@@ -21,8 +21,12 @@ pub trait Ranks: Send + Sync {
     /// naming the ranks whose `what` differs from rank 0's. A rank that does not take part in
     /// time ends the job (nothing has been computed yet).
     fn check_same(&self, what: &str, value: u64) -> Result<(), String>;
-    /// Collective (call from one thread): rank 0's `text`, on every rank.
+    /// Collective (call from one thread): rank 0's `text`, on every rank. A rank that does not
+    /// take part in time ends the job (a set-up step: nothing has been computed yet).
     fn broadcast_text(&self, text: &str) -> Result<String, String>;
+    /// Collective (call from one thread) during a run: rank 0's `text`, on every rank, or an
+    /// error after waiting `timeout` for a rank (so that the run can record what it has).
+    fn broadcast_text_within(&self, text: &str, timeout: Duration) -> Result<String, String>;
     /// Collective (call from one thread): `count` links, each joining the same link of every
     /// rank (every rank asks for the same number, e.g. one per local replica).
     fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, String>;
@@ -60,7 +64,7 @@ pub trait RankLink: Send {
 /// How long a wait on another rank lasts: a little less than `timeout`, the strategy's
 /// watchdog's, so that the wait fails first and names the rank rather than the watchdog naming
 /// a replica or stage that was waiting for it.
-pub(crate) fn cross_rank_timeout(timeout: Duration) -> Duration {
+pub fn cross_rank_timeout(timeout: Duration) -> Duration {
     timeout.mul_f64(0.9)
 }
 

@@ -124,6 +124,46 @@ impl<T> Reporter<T> {
     }
 }
 
+/// Where the workers of a call end when the caller asks them to stop: at the first step that
+/// none of them had begun when one of them saw the ask. Every step before it runs on every
+/// worker, so each message of those steps finds its receiver.
+pub(crate) struct Gate<'a> {
+    interrupt: &'a (dyn Fn() -> bool + Sync),
+    /// Steps begun by each worker; the step the call ends at, once decided.
+    state: Mutex<(Vec<usize>, Option<usize>)>,
+}
+
+impl<'a> Gate<'a> {
+    /// A gate for `workers` workers, closed by `interrupt`; with `can_close` false (the workers
+    /// of a multi-process job, whose processes would choose different steps) it never closes.
+    pub fn new(workers: usize, interrupt: &'a (dyn Fn() -> bool + Sync), can_close: bool) -> Self {
+        let interrupt = if can_close { interrupt } else { &|| false };
+        Self { interrupt, state: Mutex::new((vec![0; workers], None)) }
+    }
+
+    /// Whether worker `slot` may begin its step `step` (0-based, in this call).
+    pub fn may_begin(&self, slot: usize, step: usize) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (begun, end) = &mut *state;
+        if end.is_none() && (self.interrupt)() {
+            *end = Some(begun.iter().copied().max().unwrap_or(0));
+        }
+        match *end {
+            Some(end) if step >= end => false,
+            _ => {
+                begun[slot] = step + 1;
+                true
+            }
+        }
+    }
+
+    /// The steps the call ran: all `planned`, or fewer when it ended early.
+    pub fn steps(&self, planned: usize) -> usize {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.1.map_or(planned, |end| end.min(planned))
+    }
+}
+
 /// Runs workers for one epoch and watches them.
 pub(crate) struct Supervisor<'a> {
     /// What a worker is, in messages (`replica`, `stage`).

@@ -6,9 +6,10 @@ use burn::backend::{Autodiff, NdArray};
 use tandem_models::{Architecture, Classifier, ModelConfig};
 use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
 use tandem_testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models, train_toy,
+    epoch_plan, exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
+    train_toy,
 };
-use tandem_train::{EpochPlan, Sequential, Strategy, TrainConfig};
+use tandem_train::{Sequential, Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
 
@@ -44,10 +45,10 @@ fn assert_same_training(config: &ModelConfig, replicas: usize, all_reduce: AllRe
     let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
     assert!(diff <= 1e-5, "{name}, {replicas} replicas, {all_reduce:?}: parameters differ by {diff:e} (relative)");
     assert!(
-        (got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs(),
+        (got.loss() - expected.loss()).abs() <= 1e-5 * expected.loss().abs(),
         "{name}: loss {} vs {}",
-        got.loss,
-        expected.loss
+        got.loss(),
+        expected.loss()
     );
     assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once per epoch");
     assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name}: test-then-train counts");
@@ -167,8 +168,7 @@ fn a_failing_replica_stops_the_run_with_its_name_instead_of_hanging() {
     let bad_sample = 2 * 12 + 7;
     data.tokens[bad_sample * data.max_len] = (vocab_size + 1000) as u32;
     let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
-    let plan =
-        EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, rng_seed: 0, on_batch: &|_| {} };
+    let plan = epoch_plan(batches, &data, 14);
     let started = Instant::now();
     let error = parallel.train_epoch(&plan).expect_err("a replica failed").to_string();
     assert!(error.contains("replica 1"), "{error}");

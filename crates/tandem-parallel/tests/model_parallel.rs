@@ -8,9 +8,10 @@ use tandem_models::{Architecture, Classifier, ModelConfig};
 use tandem_parallel::link::{link, Interconnect};
 use tandem_parallel::{Balance, ModelParallel, ModelParallelConfig, Schedule};
 use tandem_testing::{
-    exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models, train_toy,
+    epoch_plan, exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
+    train_toy,
 };
-use tandem_train::{EpochPlan, Sequential, Strategy, TrainConfig};
+use tandem_train::{Sequential, Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
 
@@ -55,10 +56,10 @@ fn every_schedule_and_cut_matches_sequential_for_every_architecture() {
                 let diff = relative_difference(&parallel.model().parameter_values(), &reference);
                 assert!(diff <= 1e-5, "{name}, cuts {cuts:?}, {schedule:?}: parameters differ by {diff:e} (relative)");
                 assert!(
-                    (got.loss - expected.loss).abs() <= 1e-5 * expected.loss,
+                    (got.loss() - expected.loss()).abs() <= 1e-5 * expected.loss(),
                     "{name} {schedule:?}: loss {} vs {}",
-                    got.loss,
-                    expected.loss
+                    got.loss(),
+                    expected.loss()
                 );
                 assert_eq!(
                     (got.samples, got.steps),
@@ -190,8 +191,7 @@ fn a_failing_stage_stops_the_run_with_its_name_instead_of_hanging() {
     let order: Vec<usize> = (0..data.len()).collect();
     data.tokens[(2 * 12 + 7) * data.max_len] = (vocab_size + 1000) as u32;
     let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
-    let plan =
-        EpochPlan { epoch: 0, batches, data: &data, first_step: 0, total_steps: 14, rng_seed: 0, on_batch: &|_| {} };
+    let plan = epoch_plan(batches, &data, 14);
     let started = Instant::now();
     let error = parallel.train_epoch(&plan).expect_err("a stage failed").to_string();
     assert!(error.contains("stage 0 failed at step 3"), "{error}");
@@ -243,10 +243,10 @@ fn interleaved_one_f_one_b_matches_sequential_for_every_architecture_with_enough
             let diff = relative_difference(&parallel.model().parameter_values(), &reference);
             assert!(diff <= 1e-5, "{name}, {micro} micro-batches: parameters differ by {diff:e} (relative)");
             assert!(
-                (got.loss - expected.loss).abs() <= 1e-5 * expected.loss,
+                (got.loss() - expected.loss()).abs() <= 1e-5 * expected.loss(),
                 "{name}: loss {} vs {}",
-                got.loss,
-                expected.loss
+                got.loss(),
+                expected.loss()
             );
             assert_eq!((got.samples, got.steps), (expected.samples, expected.steps), "{name}: every sample once");
             assert_eq!((got.tested, got.correct), (expected.tested, expected.correct), "{name}: test-then-train");
@@ -313,15 +313,7 @@ fn a_stage_that_stops_making_progress_is_named_alone() {
             .unwrap();
         let order: Vec<usize> = (0..data.len()).collect();
         let batches = tandem_data::batches(&order, train.batch_size).map(<[usize]>::to_vec).collect();
-        let plan = EpochPlan {
-            epoch: 0,
-            batches,
-            data: &data,
-            first_step: 0,
-            total_steps: 14,
-            rng_seed: 0,
-            on_batch: &|_| {},
-        };
+        let plan = epoch_plan(batches, &data, 14);
         let error = parallel.train_epoch(&plan).expect_err("a stage stalled").to_string();
         // Named by the watchdog, or by the other stage's receive that timed out first.
         let named = error.contains(&format!("stage(s) [{slow}] made no progress"))

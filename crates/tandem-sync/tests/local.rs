@@ -91,10 +91,10 @@ fn a_real_step_every_step_with_aux_weight_zero_is_vanilla_model_parallelism_on_e
         let diff = relative_difference(&strategy.model().parameter_values(), &reference.model().parameter_values());
         assert!(diff <= 1e-5, "{name}: parameters differ by {diff:e}");
         assert!(
-            (got.loss - expected.loss).abs() <= 1e-5 * expected.loss,
+            (got.loss() - expected.loss()).abs() <= 1e-5 * expected.loss(),
             "{name}: loss {} vs {}",
-            got.loss,
-            expected.loss
+            got.loss(),
+            expected.loss()
         );
         assert_eq!(got.figures.bytes_per_step(), expected.figures.bytes_per_step(), "{name}: no label crosses");
         let sync = got.figures.sync().unwrap();
@@ -223,6 +223,7 @@ fn resumes_exactly(name: &str, make: &dyn Fn() -> ModelParallel<B>, data: &Encod
         total_steps: batches.len(),
         rng_seed: 5,
         on_batch: &|_| {},
+        interrupt: &|| false,
     };
     let mut whole = make();
     whole.train_epoch(&plan(0..split)).unwrap();

@@ -59,10 +59,10 @@ fn a_sync_on_every_step_is_vanilla_model_parallelism() {
             // time loop is now one autodiff node (source not found yet), so: rounding-level equal.
             assert!(diff <= 1e-5, "{name}, {}: parameters differ by {diff:e}", predictor.name());
             assert!(
-                (got.loss - expected.loss).abs() <= 1e-5 * expected.loss.abs().max(1.0),
+                (got.loss() - expected.loss()).abs() <= 1e-5 * expected.loss().abs().max(1.0),
                 "{name}: loss {} vs {}",
-                got.loss,
-                expected.loss
+                got.loss(),
+                expected.loss()
             );
             assert_eq!(got.figures.sync().unwrap().sync_steps, 14);
             assert_eq!(got.figures.sync().unwrap().predicted_steps, 0);

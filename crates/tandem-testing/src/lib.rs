@@ -9,7 +9,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
 use tandem_models::{Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
-use tandem_train::{EpochPlan, EpochRecord, Start, Strategy, TrainConfig, TrainStats};
+use tandem_train::{EpochPlan, EpochRecord, Hooks, Start, Strategy, TrainConfig, TrainStats};
 
 /// Tokens per toy sample.
 pub const TOY_MAX_LEN: usize = 10;
@@ -140,8 +140,23 @@ pub fn one_epoch<B: AutodiffBackend>(
     let order: Vec<usize> = tandem_data::epoch_order(data.len(), 5, 0);
     let batches = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
     let total_steps = config.steps_per_epoch(data.len());
-    let plan = EpochPlan { epoch: 0, batches, data, first_step: 0, total_steps, rng_seed: 0, on_batch: &|_| {} };
+    let plan = epoch_plan(batches, data, total_steps);
     strategy.train_epoch(&plan).expect("training epoch")
+}
+
+/// One epoch's plan over `batches` of `data` from step 0 (of `total_steps`), dropout seed 0,
+/// reporting nothing and never interrupted.
+pub fn epoch_plan(batches: Vec<Vec<usize>>, data: &Encoded, total_steps: usize) -> EpochPlan<'_> {
+    EpochPlan {
+        epoch: 0,
+        batches,
+        data,
+        first_step: 0,
+        total_steps,
+        rng_seed: 0,
+        on_batch: &|_| {},
+        interrupt: &|| false,
+    }
 }
 
 /// The whole epoch loop over the toy data with seed 9 on the default device, from the start,
@@ -152,7 +167,12 @@ pub fn train_toy<B: AutodiffBackend>(
     data: &Encoded,
     holdout: &Encoded,
 ) -> Vec<EpochRecord> {
-    let start = Start { points_done: 0, rng_seed: 9 };
-    tandem_train::train(strategy, config, 9, data, holdout, &Default::default(), &|_| {}, &mut |_, _| Ok(()), start)
-        .expect("training")
+    let start = Start { rng_seed: 9, ..Default::default() };
+    tandem_train::train(strategy, config, 9, data, holdout, &Default::default(), quiet(), start).expect("training")
+}
+
+/// Hooks of an epoch loop that reports nothing and is never interrupted.
+pub fn quiet<'a, B: AutodiffBackend>() -> Hooks<'a, B> {
+    // A closure that captures nothing: leaking it allocates nothing.
+    Hooks { on_batch: &|_| {}, on_point: Box::leak(Box::new(|_, _| Ok(()))), interrupt: &|| false }
 }

@@ -157,13 +157,17 @@ pub struct EpochPlan<'a> {
     pub rng_seed: u64,
     /// Called after each global batch with the number of samples it held.
     pub on_batch: &'a (dyn Fn(usize) + Sync),
+    /// Whether the caller asks to stop early (a signal): a strategy that can ends the call
+    /// after the step in progress, at the same step on every worker, and reports the steps
+    /// done; one that cannot (a multi-process job) finishes the call.
+    pub interrupt: &'a (dyn Fn() -> bool + Sync),
 }
 
 /// What a strategy reports about one training epoch.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct TrainStats {
-    /// Mean training loss per sample.
-    pub loss: f64,
+    /// Training loss summed over the tested samples (the mean is [`TrainStats::loss`]).
+    pub loss_sum: f64,
     pub samples: usize,
     pub steps: usize,
     /// Test-then-train: training samples whose forward pass ran before the update that trains
@@ -173,6 +177,33 @@ pub struct TrainStats {
     pub correct: usize,
     /// The strategy's own figures (communication, stages, syncs…), recorded in the results.
     pub figures: StrategyFigures,
+}
+
+impl TrainStats {
+    /// Mean training loss per tested sample.
+    pub fn loss(&self) -> f64 {
+        self.loss_sum / self.tested.max(1) as f64
+    }
+
+    /// These steps followed by `later`'s, as one call over both would have reported them.
+    pub fn then(self, later: TrainStats) -> TrainStats {
+        TrainStats {
+            loss_sum: self.loss_sum + later.loss_sum,
+            samples: self.samples + later.samples,
+            steps: self.steps + later.steps,
+            tested: self.tested + later.tested,
+            correct: self.correct + later.correct,
+            figures: self.figures.then(self.steps, later.figures, later.steps),
+        }
+    }
+}
+
+/// An evaluation point (epoch, or stretch of a stream) stopped part-way: what its first
+/// `stats.steps` steps reported, to carry on from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct PartialPoint {
+    pub stats: TrainStats,
+    pub train_seconds: f64,
 }
 
 /// Errors a training run can stop with.
@@ -203,14 +234,35 @@ pub trait Strategy<B: AutodiffBackend> {
     fn restore(&mut self, state: &StateParts) -> Result<(), String>;
 }
 
-/// Receives each epoch's record with the strategy that made it; an error stops the run.
-pub type OnEpoch<'a, B> = dyn FnMut(&EpochRecord, &dyn Strategy<B>) -> Result<(), String> + 'a;
+/// What the epoch loop hands its caller, with the strategy as it stands.
+pub enum Point<'r> {
+    /// An epoch or evaluation point is done.
+    Recorded(&'r EpochRecord),
+    /// Asked to stop, the strategy ended part-way through the point after `points_done`
+    /// records: the run stops here, to be continued from this state.
+    Paused { points_done: usize, partial: &'r PartialPoint },
+}
+
+/// Receives each [`Point`] with the strategy that made it; an error stops the run.
+pub type OnPoint<'a, B> = dyn FnMut(Point, &dyn Strategy<B>) -> Result<(), String> + 'a;
+
+/// How the epoch loop talks to its caller.
+pub struct Hooks<'a, B: AutodiffBackend> {
+    /// After each global batch, with the samples it held (progress).
+    pub on_batch: &'a (dyn Fn(usize) + Sync),
+    /// Each record as soon as it exists, and a pause (to write both to disk).
+    pub on_point: &'a mut OnPoint<'a, B>,
+    /// Whether to stop after the step in progress (see [`EpochPlan::interrupt`]).
+    pub interrupt: &'a (dyn Fn() -> bool + Sync),
+}
 
 /// Where the epoch loop starts, and the seed of the backend's random numbers (dropout).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Start {
     /// Records (epochs or stream evaluation points) already done: the loop continues after them.
     pub points_done: usize,
+    /// The steps of the next point already done, when the run was stopped part-way through it.
+    pub partial: Option<PartialPoint>,
     /// The backend is seeded from this and the step at the start of every epoch or evaluation
     /// point, so a resumed run draws the same random numbers as one never stopped.
     pub rng_seed: u64,
@@ -222,9 +274,10 @@ fn point_seed(rng_seed: u64, step: usize) -> u64 {
 }
 
 /// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
-/// epoch on `eval_device`, from `start`. `on_epoch` receives each record as soon as it exists,
-/// with the strategy (to write both to disk), and may stop the run by returning an error.
-/// Returns the records made by this call.
+/// epoch on `eval_device`, from `start`. `hooks.on_point` receives each record as soon as it
+/// exists, with the strategy (to write both to disk), and may stop the run by returning an
+/// error; an interrupt pauses the run part-way through a point (reported, then
+/// [`TrainError::Stopped`]). Returns the records made by this call.
 #[allow(clippy::too_many_arguments)] // the epoch loop's inputs, each named at the call
 pub fn train<B: AutodiffBackend>(
     strategy: &mut dyn Strategy<B>,
@@ -233,9 +286,8 @@ pub fn train<B: AutodiffBackend>(
     train: &Encoded,
     holdout: &Encoded,
     eval_device: &B::Device,
-    on_batch: &(dyn Fn(usize) + Sync),
-    on_epoch: &mut OnEpoch<B>,
-    start: Start,
+    hooks: Hooks<B>,
+    mut start: Start,
 ) -> Result<Vec<EpochRecord>, TrainError> {
     let steps_per_epoch = config.steps_per_epoch(train.len());
     let total_steps = steps_per_epoch * config.epochs;
@@ -248,26 +300,47 @@ pub fn train<B: AutodiffBackend>(
         let pass_start = epoch * steps_per_epoch;
         let every = config.stream.as_ref().map_or(batches.len(), |s| s.eval_every);
         for range in evaluation_ranges(pass_start, batches.len(), every) {
-            let first_step = pass_start + range.start;
             point += 1;
             if point <= start.points_done {
                 continue;
             }
+            let point_start = pass_start + range.start;
+            let before = if point == start.points_done + 1 { start.partial.take() } else { None };
+            let done = before.as_ref().map_or(0, |b| b.stats.steps).min(range.len());
+            let first_step = point_start + done;
             B::seed(eval_device, point_seed(start.rng_seed, first_step));
             let plan = EpochPlan {
                 epoch,
-                batches: batches[range.clone()].to_vec(),
+                batches: batches[range.start + done..range.end].to_vec(),
                 data: train,
                 first_step,
                 total_steps,
                 rng_seed: start.rng_seed,
-                on_batch,
+                on_batch: hooks.on_batch,
+                interrupt: hooks.interrupt,
             };
             let started = Instant::now();
             let stats = strategy.train_epoch(&plan)?;
-            let train_seconds = started.elapsed().as_secs_f64();
-            if !stats.loss.is_finite() {
-                return Err(TrainError::Diverged { epoch: epoch + 1, loss: stats.loss });
+            let mut train_seconds = started.elapsed().as_secs_f64();
+            let stats = match before {
+                Some(before) => {
+                    train_seconds += before.train_seconds;
+                    before.stats.then(stats)
+                }
+                None => stats,
+            };
+            if !stats.loss().is_finite() {
+                return Err(TrainError::Diverged { epoch: epoch + 1, loss: stats.loss() });
+            }
+            if stats.steps < range.len() {
+                let partial = PartialPoint { stats, train_seconds };
+                (hooks.on_point)(Point::Paused { points_done: point - 1, partial: &partial }, &*strategy)
+                    .map_err(TrainError::Stopped)?;
+                return Err(TrainError::Stopped(format!(
+                    "asked to stop after step {} of {} of this point",
+                    partial.stats.steps,
+                    range.len()
+                )));
             }
 
             let started = Instant::now();
@@ -276,13 +349,13 @@ pub fn train<B: AutodiffBackend>(
             let record = EpochRecord {
                 epoch: epoch + 1,
                 stream: config.stream.as_ref().map(|_| StreamPoint {
-                    batches: first_step + stats.steps,
+                    batches: point_start + stats.steps,
                     pass_complete: range.end == batches.len(),
                 }),
-                train_loss: stats.loss,
+                train_loss: stats.loss(),
                 holdout_loss: eval.loss,
                 holdout: eval.metrics,
-                learning_rate: optim::learning_rate(config, first_step + stats.steps.saturating_sub(1), total_steps),
+                learning_rate: optim::learning_rate(config, point_start + stats.steps.saturating_sub(1), total_steps),
                 train_seconds,
                 eval_seconds: started.elapsed().as_secs_f64(),
                 train_samples_per_second: stats.samples as f64 / train_seconds.max(1e-9),
@@ -291,7 +364,7 @@ pub fn train<B: AutodiffBackend>(
                 prequential_samples: stats.tested,
                 figures: stats.figures,
             };
-            on_epoch(&record, &*strategy).map_err(TrainError::Stopped)?;
+            (hooks.on_point)(Point::Recorded(&record), &*strategy).map_err(TrainError::Stopped)?;
             records.push(record);
         }
     }

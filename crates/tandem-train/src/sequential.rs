@@ -36,8 +36,11 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
     fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError> {
         let mut model = self.model.take().expect("the model is always put back after a step");
         let mut loss_sum = 0.0;
-        let (mut samples, mut correct) = (0, 0);
+        let (mut samples, mut correct, mut steps) = (0, 0, 0);
         for (i, indices) in plan.batches.iter().enumerate() {
+            if (plan.interrupt)() {
+                break;
+            }
             tandem_models::dropout::begin_step(plan.rng_seed, 0, plan.first_step + i);
             let batch = plan.data.batch::<B>(indices, &self.device);
             let (loss, right, grads) = tested_gradients(&model, batch);
@@ -46,16 +49,10 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
             loss_sum += loss * indices.len() as f64;
             samples += indices.len();
             (plan.on_batch)(indices.len());
+            steps += 1;
         }
         self.model = Some(model);
-        Ok(TrainStats {
-            loss: loss_sum / samples.max(1) as f64,
-            samples,
-            steps: plan.batches.len(),
-            tested: samples,
-            correct,
-            figures: StrategyFigures::Sequential,
-        })
+        Ok(TrainStats { loss_sum, samples, steps, tested: samples, correct, figures: StrategyFigures::Sequential })
     }
 
     fn model(&self) -> Classifier<B> {

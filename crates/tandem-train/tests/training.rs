@@ -1,14 +1,16 @@
 //! The sequential trainer: determinism, learning, backend agreement.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tolerance;
 use tandem_models::{Architecture, Classifier, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
-use tandem_testing::{toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
+use tandem_testing::{quiet, toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
 use tandem_train::{
-    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, Sequential, Start, StateParts,
-    Strategy, StreamConfig, TrainConfig, TrainError, TrainStats,
+    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, Hooks, PartialPoint, Point,
+    Sequential, Start, StateParts, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats,
 };
 
 /// The backends' seeded RNG is process-global: tests that seed it must not interleave.
@@ -35,9 +37,8 @@ fn run<B: AutodiffBackend>(model: &ModelConfig, cfg: &TrainConfig, seed: u64) ->
         &train_data,
         &holdout,
         &device,
-        &|_| {},
-        &mut |_, _| Ok(()),
-        Start { points_done: 0, rng_seed: seed },
+        Hooks { on_batch: &|_| {}, on_point: &mut |_, _| Ok(()), interrupt: &|| false },
+        Start { rng_seed: seed, ..Default::default() },
     )
     .unwrap()
 }
@@ -239,9 +240,7 @@ fn recorded_run(stream: Option<StreamConfig>) -> (Vec<EpochRecord>, Vec<Vec<usiz
     let initial =
         toy_model(Architecture::Cnn).init::<Nd>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device);
     let mut strategy = Recording { inner: Sequential::new(initial.clone(), &cfg, device), batches: Vec::new() };
-    let records =
-        train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, &|_| {}, &mut |_, _| Ok(()), Start::default())
-            .unwrap();
+    let records = train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, quiet(), Start::default()).unwrap();
     (records, strategy.batches, initial)
 }
 
@@ -290,14 +289,26 @@ fn prequential_accuracy_tests_each_batch_before_training_on_it() {
     assert!(mean(&records[10..]) > mean(&records[..2]) + 0.2, "{} vs {}", mean(&records[10..]), mean(&records[..2]));
 }
 
+/// Where [`resumable_run`] stops.
+#[derive(Clone, Copy, PartialEq)]
+enum Stop {
+    Never,
+    /// After this many records.
+    AfterRecords(usize),
+    /// Interrupted after this many steps (part-way through an epoch).
+    AfterSteps(usize),
+}
+
+/// What a stopped run leaves to continue from.
+struct Stopped {
+    records: Vec<EpochRecord>,
+    state: StateParts,
+    partial: Option<PartialPoint>,
+}
+
 /// Trains 3 epochs of a lazily updated, dropout-using GRU from `start` (restoring `state` first
-/// when given), stopping after `stop_after` records when given; returns the records, the last
-/// state and the parameters.
-fn resumable_run<B: AutodiffBackend>(
-    start: Start,
-    state: Option<&StateParts>,
-    stop_after: Option<usize>,
-) -> (Vec<EpochRecord>, StateParts, Vec<f32>) {
+/// when given) until `stop`; returns what it left and the parameters.
+fn resumable_run<B: AutodiffBackend>(start: Start, state: Option<&StateParts>, stop: Stop) -> (Stopped, Vec<f32>) {
     let (train_data, holdout, vocab_size) = toy_data();
     let cfg = TrainConfig { embedding_update: tandem_train::EmbeddingUpdate::Lazy, ..config(3) };
     let device = B::Device::default();
@@ -308,41 +319,49 @@ fn resumable_run<B: AutodiffBackend>(
     if let Some(state) = state {
         strategy.restore(state).unwrap();
     }
-    let (mut records, mut saved) = (Vec::new(), Vec::new());
-    let result = train(
-        &mut strategy,
-        &cfg,
-        3,
-        &train_data,
-        &holdout,
-        &device,
-        &|_| {},
-        &mut |record, s| {
-            records.push(record.clone());
-            saved.push(s.state()?);
-            match stop_after == Some(records.len()) {
-                true => Err("stopped".into()),
-                false => Ok(()),
+    let mut left = Stopped { records: Vec::new(), state: StateParts::default(), partial: None };
+    let steps = AtomicUsize::new(0);
+    let on_batch = |_| {
+        steps.fetch_add(1, Ordering::SeqCst);
+    };
+    let interrupt = || matches!(stop, Stop::AfterSteps(n) if steps.load(Ordering::SeqCst) >= n);
+    let mut on_point = |point: Point, s: &dyn Strategy<B>| {
+        left.state = s.state()?;
+        match point {
+            Point::Recorded(record) => left.records.push(record.clone()),
+            Point::Paused { points_done, partial } => {
+                assert_eq!(points_done, left.records.len());
+                left.partial = Some(partial.clone());
             }
-        },
-        start,
-    );
-    assert_eq!(result.is_err(), stop_after.is_some());
-    (records, saved.pop().unwrap(), strategy.model().parameter_values())
+        }
+        match stop == Stop::AfterRecords(left.records.len()) {
+            true => Err("stopped".into()),
+            false => Ok(()),
+        }
+    };
+    let hooks = Hooks { on_batch: &on_batch, on_point: &mut on_point, interrupt: &interrupt };
+    let result = train(&mut strategy, &cfg, 3, &train_data, &holdout, &device, hooks, start);
+    assert_eq!(result.is_err(), stop != Stop::Never);
+    (left, strategy.model().parameter_values())
 }
 
 fn resumes_exactly<B: AutodiffBackend>() {
     let _serial = serial();
-    let start = Start { points_done: 0, rng_seed: 3 };
-    let (whole, _, expected) = resumable_run::<B>(start, None, None);
-    let (first, state, _) = resumable_run::<B>(start, None, Some(1));
-    let state = StateParts::from_bytes(&state.to_bytes()).unwrap();
-    let (rest, _, resumed) = resumable_run::<B>(Start { points_done: 1, ..start }, Some(&state), None);
-    let same =
-        resumed.len() == expected.len() && resumed.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits());
-    assert!(same, "the resumed run ends with other parameters");
+    let start = Start { rng_seed: 3, ..Default::default() };
+    let (whole, expected) = resumable_run::<B>(start.clone(), None, Stop::Never);
     let losses = |r: &[EpochRecord]| r.iter().map(|r| (r.epoch, r.train_loss, r.holdout_loss)).collect::<Vec<_>>();
-    assert_eq!(losses(&[first, rest].concat()), losses(&whole));
+    // Stopped after a record, and part-way through the second epoch (10 steps each).
+    for stop in [Stop::AfterRecords(1), Stop::AfterSteps(13)] {
+        let (first, _) = resumable_run::<B>(start.clone(), None, stop);
+        let state = StateParts::from_bytes(&first.state.to_bytes()).unwrap();
+        assert_eq!(first.partial.as_ref().map(|p| p.stats.steps), (stop == Stop::AfterSteps(13)).then_some(3));
+        let from = Start { points_done: first.records.len(), partial: first.partial, ..start.clone() };
+        let (rest, resumed) = resumable_run::<B>(from, Some(&state), Stop::Never);
+        let same =
+            resumed.len() == expected.len() && resumed.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "the resumed run ends with other parameters");
+        assert_eq!(losses(&[first.records, rest.records].concat()), losses(&whole.records));
+    }
 }
 
 #[test]

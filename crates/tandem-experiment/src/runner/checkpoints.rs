@@ -1,14 +1,15 @@
-//! A run's checkpoint file, written atomically at every epoch or evaluation point (keep-last:
-//! each replaces the one before) and removed when the run finishes; and what the summary says
+//! A run's checkpoint file (one per process of a multi-process job), written atomically at
+//! every epoch or evaluation point and where a signal stops a run (keep-last: each replaces
+//! the one before), and removed when the run finishes; and what the summary says
 //! about reproducing a run bit for bit.
 
 use std::path::PathBuf;
 
 use burn::tensor::backend::AutodiffBackend;
-use tandem_train::Strategy;
+use tandem_train::{PartialPoint, Strategy};
 
 use super::context::RunContext;
-use super::resume::{checkpoint_bytes, CHECKPOINT};
+use super::resume::{checkpoint_bytes, checkpoint_file};
 use crate::results;
 
 /// Writes a run's checkpoints (when the run has them).
@@ -20,15 +21,21 @@ pub(super) struct Checkpoints {
 
 impl Checkpoints {
     pub fn new(ctx: &RunContext) -> Self {
-        Self { path: (ctx.checkpoints && ctx.writes_results).then(|| ctx.dir.join(CHECKPOINT)), noted: false }
+        Self { path: Some(ctx.dir.join(checkpoint_file(ctx.ranks.map(|r| r.rank())))), noted: false }
     }
 
-    /// Replaces the checkpoint by `strategy`'s state after `points_done` records. A strategy
-    /// that cannot be checkpointed is noted once (an interrupted run of it starts over).
-    pub fn write<B: AutodiffBackend>(&mut self, strategy: &dyn Strategy<B>, points_done: usize) -> Result<(), String> {
+    /// Replaces the checkpoint by `strategy`'s state after `points_done` records and, when
+    /// stopped part-way through the next one, `partial`. A strategy that cannot be
+    /// checkpointed is noted once (an interrupted run of it starts over).
+    pub fn write<B: AutodiffBackend>(
+        &mut self,
+        strategy: &dyn Strategy<B>,
+        points_done: usize,
+        partial: Option<&PartialPoint>,
+    ) -> Result<(), String> {
         let Some(path) = &self.path else { return Ok(()) };
         match strategy.state() {
-            Ok(state) => results::write_atomic(path, &checkpoint_bytes(points_done, &state))
+            Ok(state) => results::write_atomic(path, &checkpoint_bytes(points_done, partial, &state))
                 .map_err(|e| format!("cannot write {}: {e}", path.display())),
             Err(e) => {
                 if !self.noted {
@@ -38,6 +45,11 @@ impl Checkpoints {
                 Ok(())
             }
         }
+    }
+
+    /// Whether this run writes checkpoints.
+    pub fn enabled(&self) -> bool {
+        self.path.is_some()
     }
 
     /// Removes the checkpoint of a finished run.

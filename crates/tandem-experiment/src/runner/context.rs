@@ -25,7 +25,4 @@ pub(super) struct RunContext<'a> {
     pub writes_results: bool,
     /// Where to continue from (an unfinished run's checkpoint).
     pub resume: Option<&'a Checkpoint>,
-    /// Whether to write a checkpoint at every epoch or evaluation point (not in a
-    /// multi-process job, whose ranks each hold part of the state).
-    pub checkpoints: bool,
 }

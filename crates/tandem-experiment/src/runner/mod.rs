@@ -100,10 +100,10 @@ impl RunError {
         }
     }
 
-    /// Whether every rank of a multi-process job failed with this same error (so they can all
-    /// stop normally; otherwise the failing rank must end the job).
+    /// Whether every rank of a multi-process job failed with this same error, or stopped at the
+    /// same point (so they can all stop normally; otherwise the failing rank must end the job).
     pub fn is_on_every_rank(&self) -> bool {
-        matches!(self, RunError::Job(_))
+        matches!(self, RunError::Job(_) | RunError::Interrupted { .. })
     }
 }
 
@@ -170,7 +170,7 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
     }
     let shows = ranks.is_none_or(|r| r.rank() == 0);
     let mut console = Console::start(manifest, &data, backend, &devices, &options.out, shows);
-    let interrupt = signals::interrupt();
+    signals::interrupt();
     let mut summaries = Vec::new();
     for model in &manifest.models {
         for strategy in &manifest.strategies {
@@ -178,7 +178,7 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
                 console.begin_run(&console::run_name(model, strategy, seed));
                 let summary = run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?;
                 console.end_run();
-                if let Some(signal) = interrupt.signal() {
+                if let Some(signal) = signals::agreed_stop(ranks, strategy.timeout()).map_err(RunError::Job)? {
                     return Err(RunError::Interrupted { signal });
                 }
                 summaries.extend(summary);

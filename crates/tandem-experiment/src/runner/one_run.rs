@@ -42,8 +42,7 @@ pub(super) fn run_one(
         }
         false => (None, Plan::Start),
     };
-    // Every rank of a job skips what rank 0 skips; a job starts unfinished runs over (each
-    // rank holds part of the state, and only rank 0 writes).
+    // Every rank of a job skips what rank 0 skips.
     let skip = match (ranks, &plan) {
         (Some(ranks), _) => {
             let decision = if matches!(plan, Plan::Skip(_)) { "skip" } else { "run" };
@@ -58,9 +57,20 @@ pub(super) fn run_one(
             _ => None,
         });
     }
+    let plan = match ranks {
+        Some(ranks) => resume::agree_across_ranks(ranks, &dir, plan).map_err(RunError::Config)?,
+        None => plan,
+    };
     let checkpoint = match plan {
-        Plan::Resume(checkpoint) if ranks.is_none() => {
-            eprintln!("{run_id}: resuming after {} recorded epochs or evaluation points", checkpoint.records.len());
+        Plan::Resume(checkpoint) => {
+            let within = checkpoint.partial.as_ref().map(|p| format!(" and {} steps of the next", p.stats.steps));
+            if writes_results {
+                eprintln!(
+                    "{run_id}: resuming after {} recorded epochs or evaluation points{}",
+                    checkpoint.records.len(),
+                    within.unwrap_or_default()
+                );
+            }
             Some(checkpoint)
         }
         _ => None,
@@ -85,8 +95,7 @@ pub(super) fn run_one(
         progress,
         ranks,
         writes_results,
-        resume: checkpoint.as_ref(),
-        checkpoints: ranks.is_none(),
+        resume: checkpoint.as_deref(),
     };
     let mut summary = RunSummary {
         format_version: tandem_results::FORMAT_VERSION,
@@ -183,8 +192,9 @@ pub(super) fn run_one(
         results::write_json(&path, &summary).map_err(io_err(&path))?;
     }
     if let Some(signal) = outcome.interrupted {
+        let within = outcome.stopped_within.map(|steps| format!(" and {steps} steps of the next")).unwrap_or_default();
         eprintln!(
-            "{run_id}: interrupted (signal {signal}) after {} recorded epochs or evaluation points; \
+            "{run_id}: interrupted (signal {signal}) after {} recorded epochs or evaluation points{within}; \
              `tandem run {} --out {}` resumes it",
             records.len(),
             manifest.source.display(),

@@ -7,7 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use tandem_results::folder::{read_run, RunState};
-use tandem_train::{EpochRecord, StateParts};
+use tandem_train::{EpochRecord, PartialPoint, StateParts};
+
+use tandem_parallel::Ranks;
 
 use super::RunError;
 use crate::results::RunSummary;
@@ -23,12 +25,14 @@ pub(super) enum Plan {
     /// Train from the start.
     Start,
     /// Continue after the checkpoint's records.
-    Resume(Checkpoint),
+    Resume(Box<Checkpoint>),
 }
 
-/// A run's state after its last recorded epoch or evaluation point.
+/// A run's state after its last recorded epoch or evaluation point, or part-way through the
+/// next one (when a signal stopped it there).
 pub(super) struct Checkpoint {
     pub records: Vec<EpochRecord>,
+    pub partial: Option<PartialPoint>,
     pub strategy: StateParts,
 }
 
@@ -92,23 +96,98 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(R
     if !checkpoint.is_file() {
         return Ok((lock, Plan::Start));
     }
-    let bytes = std::fs::read(&checkpoint).map_err(io(&checkpoint))?;
-    let damaged = |e: String| RunError::Config(format!("{}: {e}; pass --fresh to start over", checkpoint.display()));
+    let (done, partial, strategy) = read_checkpoint(&checkpoint).map_err(RunError::Config)?;
+    if run.epochs.len() < done {
+        return Err(RunError::Config(format!(
+            "{}: epochs.jsonl holds {} records, the checkpoint {done}; pass --fresh to start over",
+            checkpoint.display(),
+            run.epochs.len()
+        )));
+    }
+    let records = run.epochs.into_iter().take(done).collect();
+    Ok((lock, Plan::Resume(Box::new(Checkpoint { records, partial, strategy }))))
+}
+
+/// A checkpoint file's records done, steps done of the next point, and strategy state.
+fn read_checkpoint(path: &Path) -> Result<(usize, Option<PartialPoint>, StateParts), String> {
+    let damaged = |e: String| format!("{}: {e}; pass --fresh to start over", path.display());
+    let bytes = std::fs::read(path).map_err(|e| damaged(e.to_string()))?;
     let parts = StateParts::from_bytes(&bytes).map_err(damaged)?;
     let done = parts.get("points_done").map_err(damaged)?;
     let done = u64::from_le_bytes(done.try_into().map_err(|_| damaged("`points_done` is damaged".into()))?) as usize;
-    if run.epochs.len() < done {
-        return Err(damaged(format!("epochs.jsonl holds {} records, the checkpoint {done}", run.epochs.len())));
-    }
     let strategy = StateParts::from_bytes(parts.get("strategy").map_err(damaged)?).map_err(damaged)?;
-    let records = run.epochs.into_iter().take(done).collect();
-    Ok((lock, Plan::Resume(Checkpoint { records, strategy })))
+    let partial = match parts.get(PARTIAL) {
+        Ok(json) => Some(serde_json::from_slice(json).map_err(|e| damaged(format!("`{PARTIAL}` is damaged: {e}")))?),
+        Err(_) => None,
+    };
+    Ok((done, partial, strategy))
 }
 
-/// A checkpoint file's bytes: the records done and the strategy's state.
-pub(super) fn checkpoint_bytes(points_done: usize, strategy: &StateParts) -> Vec<u8> {
+/// The checkpoint file of the process of rank `rank` of a job (`None`: a single process).
+pub(super) fn checkpoint_file(rank: Option<usize>) -> String {
+    match rank {
+        None | Some(0) => CHECKPOINT.to_string(),
+        Some(rank) => format!("checkpoint.rank-{rank}.bin"),
+    }
+}
+
+/// In a multi-process job, rank 0 decides from its folder (`plan`, its own) and the job
+/// resumes only if every rank holds a checkpoint of the same records (each rank its own file,
+/// `checkpoint.rank-N.bin`, with its share of the state); else every rank starts the run over.
+/// The records travel from rank 0.
+pub(super) fn agree_across_ranks(ranks: &dyn Ranks, dir: &Path, plan: Plan) -> Result<Plan, String> {
+    let told = match &plan {
+        Plan::Resume(checkpoint) => {
+            let lines: Result<Vec<String>, _> = checkpoint.records.iter().map(serde_json::to_string).collect();
+            format!("resume\n{}", lines.map_err(|e| e.to_string())?.join("\n"))
+        }
+        _ => "start".to_string(),
+    };
+    let told = ranks.broadcast_text(if ranks.rank() == 0 { &told } else { "" })?;
+    let Some(lines) = told.strip_prefix("resume") else { return Ok(Plan::Start) };
+    let records: Vec<EpochRecord> = lines
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("rank 0 sent records this rank cannot read: {e}"))?;
+    let own = match plan {
+        Plan::Resume(checkpoint) => Ok(checkpoint),
+        _ => read_checkpoint(&dir.join(checkpoint_file(Some(ranks.rank())))).and_then(|(done, partial, strategy)| {
+            match done == records.len() && partial.is_none() {
+                true => Ok(Box::new(Checkpoint { records, partial, strategy })),
+                false => Err(format!("its checkpoint holds {done} records, rank 0's {}", records.len())),
+            }
+        }),
+    };
+    // Every rank learns whether every rank can resume: the same value everywhere, or not.
+    let ready = match &own {
+        Ok(checkpoint) => checkpoint.records.len() as u64,
+        Err(_) => u64::MAX - ranks.rank() as u64,
+    };
+    match (ranks.check_same("checkpoint", ready), own) {
+        (Ok(()), Ok(checkpoint)) => Ok(Plan::Resume(checkpoint)),
+        (_, own) => {
+            if let Err(why) = own {
+                eprintln!("note: rank {} cannot resume ({why}): the job starts this run over", ranks.rank());
+            }
+            Ok(Plan::Start)
+        }
+    }
+}
+
+/// The checkpoint's part with the steps done of an unfinished point.
+const PARTIAL: &str = "partial";
+
+/// A checkpoint file's bytes: the records done, the steps done of the next point when stopped
+/// part-way, and the strategy's state.
+pub(super) fn checkpoint_bytes(points_done: usize, partial: Option<&PartialPoint>, strategy: &StateParts) -> Vec<u8> {
     let mut parts = StateParts::default();
     parts.put("points_done", (points_done as u64).to_le_bytes().to_vec());
+    if let Some(partial) = partial {
+        // Exact: floats are written and read back with every digit (`float_roundtrip`).
+        parts.put(PARTIAL, serde_json::to_vec(partial).unwrap_or_default());
+    }
     parts.put("strategy", strategy.to_bytes());
     parts.to_bytes()
 }

@@ -7,12 +7,12 @@ use burn::tensor::backend::AutodiffBackend;
 use indicatif::ProgressBar;
 use tandem_models::{Classifier, InputSpec};
 use tandem_parallel::{DataParallel, ModelParallel};
-use tandem_train::{EpochRecord, Sequential, Start, Strategy, TrainError};
+use tandem_train::{EpochRecord, Hooks, Point, Sequential, Start, Strategy, TrainError};
 
 use super::checkpoints::{reproducibility, Checkpoints};
 use super::context::RunContext;
 use super::devices::devices_for;
-use super::signals::interrupt;
+use super::signals::{agreed_stop, interrupt};
 use crate::backend::{BackendKind, DeviceSpec};
 use crate::manifest::StrategyConfig;
 use crate::results;
@@ -26,8 +26,10 @@ pub(super) struct Outcome {
     /// Several replicas or stages on one GPU.
     pub shared_devices: bool,
     pub error: Option<String>,
-    /// The signal that stopped the run at an epoch or evaluation point.
+    /// The signal that stopped the run at an epoch or evaluation point, or part-way through one.
     pub interrupted: Option<i32>,
+    /// Steps done of the point the run stopped in (`None`: it stopped between two).
+    pub stopped_within: Option<usize>,
     /// What keeps this run from being reproduced bit for bit, if anything.
     pub reproducibility: Option<String>,
 }
@@ -41,6 +43,7 @@ impl Outcome {
             shared_devices: false,
             error: Some(error),
             interrupted: None,
+            stopped_within: None,
             reproducibility: None,
         }
     }
@@ -159,33 +162,53 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         Err(e) => return Outcome { parameters, shared_devices, ..Outcome::failed(e) },
     };
     let mut written: Vec<EpochRecord> = Vec::new();
+    let mut partial = None;
     if let Some(checkpoint) = ctx.resume {
         if let Err(e) = strategy.restore(&checkpoint.strategy) {
             return Outcome { parameters, shared_devices, ..Outcome::failed(format!("cannot resume: {e}")) };
         }
         written.clone_from(&checkpoint.records);
+        partial.clone_from(&checkpoint.partial);
     }
+    let progress = &ctx.progress;
+    let samples_done = written.iter().map(|r| r.steps).chain(partial.iter().map(|p| p.stats.steps)).sum::<usize>();
+    progress.inc((samples_done * train.batch_size) as u64);
     // Same initial parameters on every rank (checked), but each rank its own dropout masks.
-    let start =
-        Start { points_done: written.len(), rng_seed: ctx.seed.wrapping_add(ctx.ranks.map_or(0, |r| r.rank() as u64)) };
+    let rng_seed = ctx.seed.wrapping_add(ctx.ranks.map_or(0, |r| r.rank() as u64));
+    let start = Start { points_done: written.len(), partial, rng_seed };
     let interrupt = interrupt();
     let mut checkpoints = Checkpoints::new(ctx);
     let epochs_path = ctx.dir.join("epochs.jsonl");
-    let progress = &ctx.progress;
-    progress.inc(written.iter().map(|r| (r.steps * train.batch_size) as u64).sum::<u64>());
-    let on_batch = |n: usize| progress.inc(n as u64);
-    let mut on_epoch = |record: &EpochRecord, strategy: &dyn Strategy<B>| {
+    // Stopping part-way through a point needs a checkpoint to continue from.
+    let can_pause = checkpoints.enabled();
+    let mut stopped_within = None;
+    let mut on_point = |point: Point, strategy: &dyn Strategy<B>| {
+        let record = match point {
+            Point::Recorded(record) => record,
+            Point::Paused { points_done, partial } => {
+                stopped_within = Some(partial.stats.steps);
+                return checkpoints.write(strategy, points_done, Some(partial));
+            }
+        };
         written.push(record.clone());
+        let stop = agreed_stop(ctx.ranks, ctx.strategy.timeout())?;
         if ctx.writes_results {
             print_record(progress, &ctx.dir.file_name().unwrap_or_default().to_string_lossy(), record);
             results::write_epochs(&epochs_path, &written)
                 .map_err(|e| format!("cannot write {}: {e}", epochs_path.display()))?;
-            checkpoints.write(strategy, written.len())?;
         }
-        match interrupt.signal() {
+        checkpoints.write(strategy, written.len(), None)?;
+        match stop {
             Some(signal) => Err(format!("interrupted by signal {signal}")),
             None => Ok(()),
         }
+    };
+    let asked = || interrupt.signal().is_some();
+    let never = || false;
+    let hooks = Hooks {
+        on_batch: &|n: usize| progress.inc(n as u64),
+        on_point: &mut on_point,
+        interrupt: if can_pause { &asked } else { &never },
     };
     let result = tandem_train::train(
         strategy.as_mut(),
@@ -194,8 +217,7 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         &ctx.data.train,
         &ctx.data.holdout,
         &device,
-        &on_batch,
-        &mut on_epoch,
+        hooks,
         start,
     );
     let saved = if ctx.writes_results { save_model(&strategy.model(), &ctx.dir.join("model.bin")) } else { Ok(()) };
@@ -205,8 +227,16 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         _ => None,
     };
     let reproducibility = reproducibility(ctx, cpu);
-    let outcome =
-        Outcome { records: Vec::new(), parameters, devices, shared_devices, error: None, interrupted, reproducibility };
+    let outcome = Outcome {
+        records: Vec::new(),
+        parameters,
+        devices,
+        shared_devices,
+        error: None,
+        interrupted,
+        stopped_within,
+        reproducibility,
+    };
     match (result, saved) {
         (_, _) if interrupted.is_some() => Outcome { records: written, ..outcome },
         (Ok(_), Ok(())) => {

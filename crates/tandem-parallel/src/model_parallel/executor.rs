@@ -27,7 +27,7 @@ use crate::link::{LinkReceiver, LinkSender, RecvError};
 use crate::ranks::cross_rank_timeout;
 use crate::schedule::{Action, Pass};
 use crate::shard::shard_ranges;
-use crate::supervisor::{Failure, Reporter};
+use crate::supervisor::{Failure, Gate, Reporter};
 
 /// What every device of the run shares.
 pub(super) struct Shared<'a, 'l> {
@@ -39,6 +39,8 @@ pub(super) struct Shared<'a, 'l> {
     pub norms: &'a ScalarSum<'l>,
     pub votes: &'a ScalarSum<'l>,
     pub stop: &'a AtomicBool,
+    /// Where the call ends when asked to stop early.
+    pub gate: &'a Gate<'a>,
 }
 
 /// One device's part: its stages (in model order, with their global indices, link ends and
@@ -94,6 +96,9 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
         for (number, batch) in plan.batches.iter().enumerate() {
             if shared.stop.load(Ordering::SeqCst) {
                 return Err(Failure::elsewhere("stopped"));
+            }
+            if !shared.gate.may_begin(self.device - shared.placement.local.start, number) {
+                break;
             }
             tandem_models::dropout::begin_step(plan.rng_seed, self.device, plan.first_step + number);
             let plan_of_step = match self.policy.as_mut() {

@@ -225,7 +225,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         };
         // Loss over the samples trained on; samples over all the epoch consumed.
         TrainStats {
-            loss: last.loss_sum / last.samples.max(1) as f64,
+            loss_sum: last.loss_sum,
             samples: last.samples + last.skipped_samples - last.replayed_samples,
             steps,
             tested: last.samples,

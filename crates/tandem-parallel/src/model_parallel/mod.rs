@@ -50,7 +50,7 @@ use scalar_sum::ScalarSum;
 use wiring::{wire_up, AcrossRanks, Placement};
 
 use crate::ranks::{check_same_parameters, cross_rank_timeout, RankLink, Ranks};
-use crate::supervisor::{thread_pools, Stopped, Supervisor};
+use crate::supervisor::{thread_pools, Gate, Stopped, Supervisor};
 
 /// Model-parallel training over `stages` devices (see the module docs).
 pub struct ModelParallel<B: AutodiffBackend> {
@@ -278,6 +278,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         let (train, config, placement) = (&self.train, &self.config, &self.placement);
         let local = placement.local.clone();
         let timeout = Duration::from_secs_f64(config.timeout_seconds);
+        let gate = Gate::new(local.len(), plan.interrupt, self.across.is_none());
         let (boundaries, norms, votes) = match &mut self.across {
             Some(a) => (
                 Some(&mut a.boundaries[..]),
@@ -319,7 +320,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         for (device, policy) in self.policies.iter_mut().enumerate().filter(|(d, _)| local.contains(d)) {
             work[device - local.start].policy = Some(policy);
         }
-        let shared = Shared { plan, train, config, placement, norms: &norms, votes: &votes, stop: &stop };
+        let shared = Shared { plan, train, config, placement, norms: &norms, votes: &votes, stop: &stop, gate: &gate };
         let supervisor = Supervisor {
             kind: "stage",
             // In a multi-process job, a quarter more: a stage's wait on another rank, which may
@@ -378,7 +379,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
             }
         });
         match outcome {
-            Ok(epochs) => Ok(self.epoch_stats(&epochs, plan.batches.len())),
+            Ok(epochs) => Ok(self.epoch_stats(&epochs, gate.steps(plan.batches.len()))),
             Err(message) => {
                 self.failed = true;
                 Err(TrainError::Strategy(message))
@@ -395,12 +396,10 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         Classifier::join(parts.into_iter().map(|m| m.fork(device)).collect())
     }
 
-    /// Every stage's parameters and optimizer state, and every device's policy state. A
-    /// process of a multi-process job holds only its own stages' optimizers, so it has none.
+    /// Every stage's parameters and optimizer state, and every device's policy state. In a
+    /// multi-process job this is the process's own view (its stages' optimizers and policies;
+    /// the other stages' parameters as gathered after the point), which it resumes from.
     fn state(&self) -> Result<StateParts, String> {
-        if self.across.is_some() {
-            return Err("a multi-process job is not checkpointed".into());
-        }
         let mut state = StateParts::default();
         state.put(CUTS, Writer::default().counts(&self.cuts).0.clone());
         for (s, stage) in self.stages.iter().enumerate() {

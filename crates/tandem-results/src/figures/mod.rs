@@ -2,6 +2,7 @@
 //! strategy, so every reader gets its figures by field and the compiler checks their names.
 
 mod data_parallel;
+mod merge;
 mod pipeline;
 mod sync;
 
