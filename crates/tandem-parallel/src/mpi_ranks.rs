@@ -18,9 +18,6 @@ use mpi::Threading;
 
 use crate::ranks::{launched_by_mpi, RankLink, Ranks};
 
-/// How an error of a wait past its deadline begins.
-const NO_ANSWER: &str = "no answer from the other ranks for";
-
 /// How long the job's set-up collectives (checks, run names) wait for every rank.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -64,8 +61,8 @@ impl MpiRanks {
 
 impl MpiRanks {
     /// Rank 0's `text` on every rank, waiting at most `timeout` (`what`: what the wait is for,
-    /// in an error).
-    fn broadcast(&self, text: &str, timeout: Duration, what: &str) -> Result<String, String> {
+    /// in the error of a wait in vain).
+    fn broadcast(&self, text: &str, timeout: Duration, what: &str) -> Result<Vec<u8>, String> {
         let root = self.world.0.process_at_rank(0);
         let len = RequestBuffer::new(vec![text.len() as u64]);
         // SAFETY (both): each buffer is read only after its request completed.
@@ -73,11 +70,11 @@ impl MpiRanks {
         let len = unsafe { len.into_vec() }[0] as usize;
         if len == 0 {
             // Every rank knows there is nothing more (MPI refuses an empty buffer).
-            return Ok(String::new());
+            return Ok(Vec::new());
         }
         let bytes = RequestBuffer::new(if self.rank == 0 { text.as_bytes().to_vec() } else { vec![0u8; len] });
         wait_within(root.immediate_broadcast_into(StaticScope, unsafe { bytes.lend() }), timeout, what, &NEVER)?;
-        String::from_utf8(unsafe { bytes.into_vec() }).map_err(|e| format!("rank 0 sent text that is not UTF-8: {e}"))
+        Ok(unsafe { bytes.into_vec() })
     }
 
     /// A set-up wait that failed means a rank is gone before anything was computed: end the job
@@ -118,15 +115,13 @@ impl Ranks for MpiRanks {
     }
 
     fn broadcast_text(&self, text: &str) -> Result<String, String> {
-        let sent = self.broadcast(text, SETUP_TIMEOUT, "receiving a setting from rank 0 (a run name, cut points)");
-        match sent {
-            Err(e) if e.starts_with(NO_ANSWER) => self.abort(&e),
-            other => other,
-        }
+        let what = "receiving a setting from rank 0 (a run name, cut points)";
+        let sent = self.broadcast(text, SETUP_TIMEOUT, what).unwrap_or_else(|e| self.abort(&e));
+        utf8(sent)
     }
 
     fn broadcast_text_within(&self, text: &str, timeout: Duration) -> Result<String, String> {
-        self.broadcast(text, timeout, "receiving rank 0's word at the end of an epoch or evaluation point")
+        utf8(self.broadcast(text, timeout, "receiving rank 0's word at the end of an epoch or evaluation point")?)
     }
 
     fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, String> {
@@ -138,6 +133,11 @@ impl Ranks for MpiRanks {
         eprintln!("error: rank {} of {}: {message}; ending the MPI job", self.rank, self.size);
         SimpleCommunicator::world().abort(3)
     }
+}
+
+/// Text rank 0 sent.
+fn utf8(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| format!("rank 0 sent text that is not UTF-8: {e}"))
 }
 
 /// A communicator of its own joining one thread of every rank: the same local replica of
@@ -242,7 +242,10 @@ fn wait_within<D: ?Sized>(
         if waited > timeout || stop.load(Ordering::SeqCst) {
             std::mem::forget(request);
             return match waited > timeout {
-                true => Err(format!("{NO_ANSWER} {} s while {what}; a rank is stuck or gone", timeout.as_secs_f64())),
+                true => Err(format!(
+                    "no answer from the other ranks for {} s while {what}; a rank is stuck or gone",
+                    timeout.as_secs_f64()
+                )),
                 false => Err(format!("stopped while {what}")),
             };
         }

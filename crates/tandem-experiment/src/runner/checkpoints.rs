@@ -12,16 +12,16 @@ use super::context::RunContext;
 use super::resume::{checkpoint_bytes, checkpoint_file};
 use crate::results;
 
-/// Writes a run's checkpoints (when the run has them).
+/// Writes a run's checkpoints.
 pub(super) struct Checkpoints {
-    path: Option<PathBuf>,
+    path: PathBuf,
     /// Said once that the strategy cannot be checkpointed.
     noted: bool,
 }
 
 impl Checkpoints {
     pub fn new(ctx: &RunContext) -> Self {
-        Self { path: Some(ctx.dir.join(checkpoint_file(ctx.ranks.map(|r| r.rank())))), noted: false }
+        Self { path: ctx.dir.join(checkpoint_file(ctx.ranks.map(|r| r.rank()))), noted: false }
     }
 
     /// Replaces the checkpoint by `strategy`'s state after `points_done` records and, when
@@ -33,7 +33,7 @@ impl Checkpoints {
         points_done: usize,
         partial: Option<&PartialPoint>,
     ) -> Result<(), String> {
-        let Some(path) = &self.path else { return Ok(()) };
+        let path = &self.path;
         match strategy.state() {
             Ok(state) => results::write_atomic(path, &checkpoint_bytes(points_done, partial, &state))
                 .map_err(|e| format!("cannot write {}: {e}", path.display())),
@@ -47,16 +47,9 @@ impl Checkpoints {
         }
     }
 
-    /// Whether this run writes checkpoints.
-    pub fn enabled(&self) -> bool {
-        self.path.is_some()
-    }
-
     /// Removes the checkpoint of a finished run.
     pub fn remove(&self) {
-        if let Some(path) = &self.path {
-            let _ = std::fs::remove_file(path);
-        }
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

@@ -6,10 +6,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use tandem_parallel::Ranks;
 use tandem_results::folder::{read_run, RunState};
 use tandem_train::{EpochRecord, PartialPoint, StateParts};
-
-use tandem_parallel::Ranks;
 
 use super::RunError;
 use crate::results::RunSummary;

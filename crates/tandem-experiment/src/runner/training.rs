@@ -171,16 +171,14 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         partial.clone_from(&checkpoint.partial);
     }
     let progress = &ctx.progress;
-    let samples_done = written.iter().map(|r| r.steps).chain(partial.iter().map(|p| p.stats.steps)).sum::<usize>();
-    progress.inc((samples_done * train.batch_size) as u64);
+    let steps_done = written.iter().map(|r| r.steps).chain(partial.iter().map(|p| p.stats.steps)).sum::<usize>();
+    progress.inc((steps_done * train.batch_size) as u64);
     // Same initial parameters on every rank (checked), but each rank its own dropout masks.
     let rng_seed = ctx.seed.wrapping_add(ctx.ranks.map_or(0, |r| r.rank() as u64));
     let start = Start { points_done: written.len(), partial, rng_seed };
     let interrupt = interrupt();
     let mut checkpoints = Checkpoints::new(ctx);
     let epochs_path = ctx.dir.join("epochs.jsonl");
-    // Stopping part-way through a point needs a checkpoint to continue from.
-    let can_pause = checkpoints.enabled();
     let mut stopped_within = None;
     let mut on_point = |point: Point, strategy: &dyn Strategy<B>| {
         let record = match point {
@@ -203,12 +201,10 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
             None => Ok(()),
         }
     };
-    let asked = || interrupt.signal().is_some();
-    let never = || false;
     let hooks = Hooks {
         on_batch: &|n: usize| progress.inc(n as u64),
         on_point: &mut on_point,
-        interrupt: if can_pause { &asked } else { &never },
+        interrupt: &|| interrupt.signal().is_some(),
     };
     let result = tandem_train::train(
         strategy.as_mut(),

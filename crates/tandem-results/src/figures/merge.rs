@@ -14,7 +14,7 @@ struct Steps {
 impl Steps {
     /// The per-step mean over both parts.
     fn per_step(self, before: f64, after: f64) -> f64 {
-        (before * self.before + after * self.after) / (self.before + self.after).max(1.0)
+        weighted(before, after, (self.before, self.after))
     }
 }
 
