@@ -6,7 +6,8 @@
 //!     cargo bench -p tandem-experiment --bench throughput [--features wgpu,cuda]
 //!
 //! Every backend compiled in is measured; a GPU backend whose device 0 does not start is
-//! skipped with a message. GPU rows fill only the first thread-count column.
+//! skipped with a message. GPU rows fill only the first thread-count column, and give the GPU
+//! kernels one training step launches (counted in the process, over the timed steps).
 //!
 //! Stock is Burn's modules and Burn's AdamW; Tandem is Tandem's fused modules and its optimizer
 //! (one-pass AdamW on CPU backends). Machines here are noisy (±25 % from one minute to the next),
@@ -19,23 +20,21 @@
 //! Environment: `TANDEM_BENCH_SECONDS` (time budget per variant and cell, default 8, split over
 //! the rounds), `TANDEM_BENCH_ROUNDS` (default 3), `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`),
 //! `TANDEM_BENCH_BACKENDS` (e.g. `flex`), `TANDEM_BENCH_THREADS` (e.g. `1,2`; default 1 and all
-//! cores).
+//! cores), `TANDEM_BENCH_BATCHES` (e.g. `64,256`; default 64), `TANDEM_BENCH_TANDEM_ONLY=1`
+//! (only the Tandem variant: no ratios), `TANDEM_BENCH_JSON` (a file to append one JSON line per
+//! cell and variant to, for scripts).
 
 use std::time::{Duration, Instant};
 
-use burn::backend::Autodiff;
 use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
+use tandem_experiment::backend::{compiled_backends, launches, with_backend, BackendKind, BackendTask, DeviceSpec};
 use tandem_models::{Architecture, InputSpec, ModelConfig};
 use tandem_testing::reference_model;
 use tandem_train::optim::{adamw_config, AnyOptimizer};
 use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
 
-/// Measures one model's training throughput on one backend.
-type Measure = fn(&ModelConfig, Optim, Duration) -> Measured;
-
-const BATCH: usize = 64;
 const SEQ: usize = 64;
 const VOCAB: usize = 20_000;
 
@@ -45,6 +44,8 @@ struct Measured {
     /// Fraction of the time spent in the optimizer step (the rest: forward + backward). On a
     /// GPU it times only the queueing of the step's work, so the table leaves it out there.
     optimizer_share: f64,
+    /// GPU kernels launched per training step (none counted on a CPU backend).
+    launches_per_step: f64,
 }
 
 /// The optimizer of a variant.
@@ -56,74 +57,92 @@ enum Optim {
     Tandem(EmbeddingUpdate),
 }
 
-/// Full training steps within `budget` (at least 3 timed steps).
-fn measure<B: AutodiffBackend>(config: &ModelConfig, optim: Optim, budget: Duration) -> Measured {
-    let device = B::Device::default();
-    B::seed(&device, 1);
+/// Training steps of one model with one optimizer at one batch size, within a time budget.
+#[derive(Clone, Copy)]
+struct Cell<'a> {
+    config: &'a ModelConfig,
+    optim: Optim,
+    batch: usize,
+    budget: Duration,
+}
+
+impl BackendTask for Cell<'_> {
+    type Output = Measured;
+
+    fn run<B: AutodiffBackend>(self, devices: Vec<B::Device>) -> Measured {
+        measure::<B>(self, &devices[0])
+    }
+}
+
+/// Full training steps within the cell's budget (at least 3 timed steps).
+fn measure<B: AutodiffBackend>(cell: Cell, device: &B::Device) -> Measured {
+    let batch = cell.batch;
+    B::seed(device, 1);
     let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
-    let mut model = config.init::<B>(&input, &device);
+    let mut model = cell.config.init::<B>(&input, device);
     let train = TrainConfig {
-        embedding_update: if let Optim::Tandem(update) = optim { update } else { EmbeddingUpdate::Dense },
+        embedding_update: if let Optim::Tandem(update) = cell.optim { update } else { EmbeddingUpdate::Dense },
         ..Default::default()
     };
     let mut tandem = AnyOptimizer::for_model(&train, &model);
     let mut burn = adamw_config(&train).init::<B, tandem_models::Classifier<B>>();
-    let ids: Vec<i64> = (0..BATCH * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [BATCH, SEQ]), &device);
-    let mask = Tensor::<B, 2, Int>::zeros([BATCH, SEQ], &device).equal_elem(1);
+    let ids: Vec<i64> = (0..batch * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, SEQ]), device);
+    let mask = Tensor::<B, 2, Int>::zeros([batch, SEQ], device).equal_elem(1);
     let labels =
-        Tensor::<B, 1, Int>::from_data(TensorData::new((0..BATCH as i64).map(|i| i % 4).collect(), [BATCH]), &device);
-    let batch = || tandem_data::Batch {
+        Tensor::<B, 1, Int>::from_data(TensorData::new((0..batch as i64).map(|i| i % 4).collect(), [batch]), device);
+    let batch_of = || tandem_data::Batch {
         tokens: tokens.clone(),
         mask_pad: mask.clone(),
-        lengths: Tensor::full([BATCH], SEQ as i64, &device),
+        lengths: Tensor::full([batch], SEQ as i64, device),
         labels: labels.clone(),
     };
     let optimizer_time = std::cell::Cell::new(Duration::ZERO);
     let mut step = |model: tandem_models::Classifier<B>| {
-        let (_, grads) = gradients(&model, batch());
+        let (_, grads) = gradients(&model, batch_of());
         let started = Instant::now();
-        let model = match optim {
+        let model = match cell.optim {
             Optim::Burn => burn.step(1e-3, model, grads),
             Optim::Tandem(_) => tandem.step(1e-3, model, grads),
         };
         optimizer_time.set(optimizer_time.get() + started.elapsed());
         model
     };
-    model = step(model); // warm-up (and, on a GPU, kernel compilation)
-    B::sync(&device).expect("the device finishes its queued work");
+    // Warm-up: kernel compilation (and autotuning) on a GPU happen in the first steps.
+    for _ in 0..2 {
+        model = step(model);
+    }
+    B::sync(device).expect("the device finishes its queued work");
     optimizer_time.set(Duration::ZERO);
+    let launched = launches::count();
     let started = Instant::now();
     let mut steps = 0;
-    while steps < 3 || started.elapsed() < budget {
+    while steps < 3 || started.elapsed() < cell.budget {
         model = step(model);
         steps += 1;
     }
     // GPU backends queue work asynchronously: count it only once it has run.
-    B::sync(&device).expect("the device finishes its queued work");
+    B::sync(device).expect("the device finishes its queued work");
     let elapsed = started.elapsed();
+    let launches_per_step = (launches::count() - launched) as f64 / steps as f64;
     drop(model);
     Measured {
-        samples_per_second: (steps * BATCH) as f64 / elapsed.as_secs_f64(),
+        samples_per_second: (steps * batch) as f64 / elapsed.as_secs_f64(),
         optimizer_share: optimizer_time.get().as_secs_f64() / (elapsed.as_secs_f64() + 1e-12),
+        launches_per_step,
     }
 }
 
-/// Whether the backend's default device starts here (skipped with a message if not).
-#[allow(dead_code)]
-fn gpu_starts<B: burn::tensor::backend::Backend>(name: &str) -> bool {
-    let started = tandem_experiment::backend::probe_device::<B>(&format!("{name}:0"), &Default::default());
-    if let Err(e) = &started {
-        eprintln!("skipped {name}: {e}");
-    }
-    started.is_ok()
+/// Measures `cell` on `backend`'s first device.
+fn run_cell(backend: BackendKind, cell: Cell) -> Measured {
+    with_backend(backend, &[DeviceSpec::first_of(backend)], cell).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn env_list(name: &str) -> Option<Vec<String>> {
     std::env::var(name).ok().map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
 }
 
-/// Set in the child process that measures one stock baseline: `architecture,backend,threads`.
+/// Set in the child process that measures one stock baseline: `architecture,backend,threads,batch`.
 const BASELINE_CHILD: &str = "TANDEM_BENCH_BASELINE_CELL";
 
 /// The median of `values` (not empty).
@@ -136,6 +155,9 @@ fn median(mut values: Vec<f64>) -> f64 {
         (values[mid - 1] + values[mid]) / 2.0
     }
 }
+
+/// The variants of a cell, in the order the table shows them.
+const VARIANTS: [&str; 4] = ["stock", "kept memory", "tandem", "tandem + lazy embedding"];
 
 fn main() {
     let budget =
@@ -151,26 +173,29 @@ fn main() {
     let threads: Vec<usize> = env_list("TANDEM_BENCH_THREADS")
         .map(|l| l.iter().filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| if cores > 1 { vec![1, cores] } else { vec![1] });
-    let wanted = |name: &str| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == name));
-    // (name, computes on the CPU, measure)
-    let mut backends: Vec<(&str, bool, Measure)> = Vec::new();
-    #[cfg(feature = "flex")]
-    backends.push(("flex", true, measure::<Autodiff<burn::backend::Flex>>));
-    #[cfg(feature = "ndarray")]
-    backends.push(("ndarray", true, measure::<Autodiff<burn::backend::NdArray>>));
-    #[cfg(feature = "wgpu")]
-    if wanted("wgpu") && (child.is_some() || gpu_starts::<burn::backend::Wgpu>("wgpu")) {
-        backends.push(("wgpu", false, measure::<Autodiff<burn::backend::Wgpu>>));
-    }
-    #[cfg(feature = "cuda")]
-    if wanted("cuda") && (child.is_some() || gpu_starts::<burn::backend::Cuda>("cuda")) {
-        backends.push(("cuda", false, measure::<Autodiff<burn::backend::Cuda>>));
-    }
-    backends.retain(|(name, _, _)| wanted(name));
+    let batches: Vec<usize> = env_list("TANDEM_BENCH_BATCHES")
+        .map(|l| l.iter().filter_map(|b| b.parse().ok()).filter(|&b| b > 0).collect())
+        .unwrap_or_else(|| vec![64]);
+    let tandem_only = std::env::var("TANDEM_BENCH_TANDEM_ONLY").is_ok_and(|v| v == "1");
+    let json = std::env::var("TANDEM_BENCH_JSON").ok();
+    let wanted = |b: &BackendKind| env_list("TANDEM_BENCH_BACKENDS").is_none_or(|l| l.iter().any(|n| n == b.name()));
+    // A GPU backend whose device does not start here is skipped with a message.
+    let backends: Vec<BackendKind> = compiled_backends()
+        .into_iter()
+        .filter(wanted)
+        .filter(|b| {
+            let starts =
+                b.is_cpu() || child.is_some() || with_backend(*b, &[DeviceSpec::first_of(*b)], Started).is_ok();
+            if !starts {
+                eprintln!("skipped {b}: its device 0 does not start here");
+            }
+            starts
+        })
+        .collect();
     let stock = |arch: Architecture| reference_model(arch).with_fused(false);
-    let run = |b: usize, threads: usize, config: &ModelConfig, optim: Optim, budget: Duration| {
+    let run = |backend: BackendKind, threads: usize, cell: Cell| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-        pool.install(|| (backends[b].2)(config, optim, budget))
+        pool.install(|| run_cell(backend, cell))
     };
 
     if let Some(cell) = child {
@@ -178,91 +203,164 @@ fn main() {
         // as `samples_per_second optimizer_share`.
         let fields: Vec<&str> = cell.split(',').collect();
         let arch = *Architecture::ALL.iter().find(|a| a.name() == fields[0]).expect("a known architecture");
-        let b = backends.iter().position(|(name, _, _)| *name == fields[1]).expect("a compiled backend");
-        let m = run(b, fields[2].parse().expect("a thread count"), &stock(arch), Optim::Burn, budget);
+        let backend: BackendKind = fields[1].parse().expect("a compiled backend");
+        let config = stock(arch);
+        let batch = fields[3].parse().expect("a batch size");
+        let m = run(
+            backend,
+            fields[2].parse().expect("a thread count"),
+            Cell { config: &config, optim: Optim::Burn, batch, budget },
+        );
         println!("{} {}", m.samples_per_second, m.optimizer_share);
         return;
     }
     tandem_train::keep_freed_memory();
-    let baseline_in_child = |arch: Architecture, b: usize, threads: usize, budget: Duration| -> Measured {
-        let exe = std::env::current_exe().expect("the benchmark's own path");
-        let out = std::process::Command::new(exe)
-            .args(std::env::args().skip(1))
-            .env(BASELINE_CHILD, format!("{},{},{threads}", arch.name(), backends[b].0))
-            .env("TANDEM_BENCH_SECONDS", budget.as_secs_f64().to_string())
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("the baseline child runs");
-        assert!(out.status.success(), "the baseline child failed: {}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
-        let last = text.lines().last().unwrap_or_default();
-        let values: Vec<f64> = last.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-        assert_eq!(values.len(), 2, "the baseline child's last line is `{last}`");
-        Measured { samples_per_second: values[0], optimizer_share: values[1] }
-    };
+    launches::install();
+    let baseline_in_child =
+        |arch: Architecture, backend: BackendKind, threads: usize, batch: usize, budget: Duration| {
+            let exe = std::env::current_exe().expect("the benchmark's own path");
+            let out = std::process::Command::new(exe)
+                .args(std::env::args().skip(1))
+                .env(BASELINE_CHILD, format!("{},{backend},{threads},{batch}", arch.name()))
+                .env("TANDEM_BENCH_SECONDS", budget.as_secs_f64().to_string())
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("the baseline child runs");
+            assert!(out.status.success(), "the baseline child failed: {}", out.status);
+            let text = String::from_utf8_lossy(&out.stdout);
+            let last = text.lines().last().unwrap_or_default();
+            let values: Vec<f64> = last.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+            assert_eq!(values.len(), 2, "the baseline child's last line is `{last}`");
+            Measured { samples_per_second: values[0], optimizer_share: values[1], launches_per_step: 0.0 }
+        };
 
-    println!("training throughput, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
+    println!("training throughput, samples/s (sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
     println!("stock: Burn's own Conv1d / LSTM / GRU / encoder forward and Burn's AdamW, in a process with glibc's");
     println!("default allocation thresholds; kept memory: the same after `tandem_train::keep_freed_memory`;");
     println!("Tandem: its fused modules (same parameters) and one-pass AdamW, with kept memory; lazy embedding: AdamW only on the");
     println!("embedding rows of the batch. Medians of {rounds} interleaved rounds; ratios are medians of each round's");
-    println!("ratio to its own stock run. In brackets (CPU backends): the share of the step spent in AdamW\n");
-    print!("| architecture | backend |");
+    println!("ratio to its own stock run. In brackets: on CPU backends the share of the step spent in AdamW, on GPU");
+    println!("backends the kernels launched per training step\n");
+    print!("| architecture | backend | batch |");
     for t in &threads {
         let s = if *t == 1 { "" } else { "s" };
-        print!(" stock, {t} thread{s} | kept memory | ratio | Tandem | ratio | Tandem + lazy embedding | ratio |");
-    }
-    println!();
-    println!("|---|---|{}", "---:|".repeat(7 * threads.len()));
-    let round_budget = budget / rounds as u32;
-    for arch in &archs {
-        let tandem = reference_model(*arch);
-        for (b, (name, cpu, _)) in backends.iter().enumerate() {
-            print!("| {} | {name} |", arch.name());
-            for (column, &threads) in threads.iter().enumerate() {
-                if !cpu && column > 0 {
-                    print!("{}", " — |".repeat(7));
-                    continue;
-                }
-                eprintln!("measuring {} on {name} ({threads} threads), {rounds} rounds…", arch.name());
-                // Per variant (stock baseline, kept memory, Tandem, Tandem + lazy): each round's result.
-                let mut measured: [Vec<Measured>; 4] = Default::default();
-                for _ in 0..rounds {
-                    // A GPU's speed does not depend on the host allocator, and a second process
-                    // may not get the device (exclusive compute mode): its baseline runs here.
-                    measured[0].push(if *cpu {
-                        baseline_in_child(*arch, b, threads, round_budget)
-                    } else {
-                        run(b, threads, &stock(*arch), Optim::Burn, round_budget)
-                    });
-                    measured[1].push(run(b, threads, &stock(*arch), Optim::Burn, round_budget));
-                    measured[2].push(run(b, threads, &tandem, Optim::Tandem(EmbeddingUpdate::Dense), round_budget));
-                    measured[3].push(run(b, threads, &tandem, Optim::Tandem(EmbeddingUpdate::Lazy), round_budget));
-                }
-                let cell = |runs: &[Measured]| {
-                    let speed = median(runs.iter().map(|m| m.samples_per_second).collect());
-                    let share = median(runs.iter().map(|m| m.optimizer_share).collect());
-                    if *cpu {
-                        format!(" {speed:.0} ({:.0} %) |", 100.0 * share)
-                    } else {
-                        format!(" {speed:.0} |")
-                    }
-                };
-                print!("{}", cell(&measured[0]));
-                for variant in &measured[1..] {
-                    let ratio = median(
-                        variant
-                            .iter()
-                            .zip(&measured[0])
-                            .map(|(v, s)| v.samples_per_second / s.samples_per_second)
-                            .collect(),
-                    );
-                    print!("{} {ratio:.2}× |", cell(variant));
-                }
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
-            }
-            println!();
+        match tandem_only {
+            true => print!(" Tandem, {t} thread{s} |"),
+            false => print!(
+                " stock, {t} thread{s} | kept memory | ratio | Tandem | ratio | Tandem + lazy embedding | ratio |"
+            ),
         }
     }
+    println!();
+    let columns = if tandem_only { 1 } else { 7 };
+    println!("|---|---|---:|{}", "---:|".repeat(columns * threads.len()));
+    let round_budget = budget / rounds as u32;
+    for arch in &archs {
+        let (tandem, stock) = (reference_model(*arch), stock(*arch));
+        for &backend in &backends {
+            for &batch in &batches {
+                print!("| {} | {backend} | {batch} |", arch.name());
+                for (column, &threads) in threads.iter().enumerate() {
+                    if !backend.is_cpu() && column > 0 {
+                        print!("{}", " — |".repeat(columns));
+                        continue;
+                    }
+                    eprintln!(
+                        "measuring {} on {backend} at batch {batch} ({threads} threads), {rounds} rounds…",
+                        arch.name()
+                    );
+                    let cell = |config, optim| Cell { config, optim, batch, budget: round_budget };
+                    // Per variant (stock baseline, kept memory, Tandem, Tandem + lazy): each round's result.
+                    let mut measured: [Vec<Measured>; 4] = Default::default();
+                    for _ in 0..rounds {
+                        if !tandem_only {
+                            // A GPU's speed does not depend on the host allocator, and a second process
+                            // may not get the device (exclusive compute mode): its baseline runs here.
+                            measured[0].push(if backend.is_cpu() {
+                                baseline_in_child(*arch, backend, threads, batch, round_budget)
+                            } else {
+                                run(backend, threads, cell(&stock, Optim::Burn))
+                            });
+                            measured[1].push(run(backend, threads, cell(&stock, Optim::Burn)));
+                        }
+                        measured[2].push(run(backend, threads, cell(&tandem, Optim::Tandem(EmbeddingUpdate::Dense))));
+                        if !tandem_only {
+                            let lazy = Optim::Tandem(EmbeddingUpdate::Lazy);
+                            measured[3].push(run(backend, threads, cell(&tandem, lazy)));
+                        }
+                    }
+                    let cell_text = |runs: &[Measured]| {
+                        let speed = median(runs.iter().map(|m| m.samples_per_second).collect());
+                        match backend.is_cpu() {
+                            true => {
+                                let share = median(runs.iter().map(|m| m.optimizer_share).collect());
+                                format!(" {speed:.0} ({:.0} %) |", 100.0 * share)
+                            }
+                            false => {
+                                let launches = median(runs.iter().map(|m| m.launches_per_step).collect());
+                                format!(" {speed:.0} ({launches:.0}) |")
+                            }
+                        }
+                    };
+                    for (variant, runs) in VARIANTS.iter().zip(&measured).filter(|(_, runs)| !runs.is_empty()) {
+                        if let Some(path) = &json {
+                            append_json(path, arch.name(), backend, batch, threads, variant, runs);
+                        }
+                    }
+                    if tandem_only {
+                        print!("{}", cell_text(&measured[2]));
+                    } else {
+                        print!("{}", cell_text(&measured[0]));
+                        for variant in &measured[1..] {
+                            let ratio = median(
+                                variant
+                                    .iter()
+                                    .zip(&measured[0])
+                                    .map(|(v, s)| v.samples_per_second / s.samples_per_second)
+                                    .collect(),
+                            );
+                            print!("{} {ratio:.2}× |", cell_text(variant));
+                        }
+                    }
+                    use std::io::Write;
+                    let _ = std::io::stdout().flush();
+                }
+                println!();
+            }
+        }
+    }
+}
+
+/// Starts a backend's device and does nothing else: [`with_backend`] fails if it does not start.
+struct Started;
+
+impl BackendTask for Started {
+    type Output = ();
+
+    fn run<B: AutodiffBackend>(self, _devices: Vec<B::Device>) {}
+}
+
+/// Appends one JSON line for a cell's variant (medians over its rounds) to `path`.
+fn append_json(
+    path: &str,
+    arch: &str,
+    backend: BackendKind,
+    batch: usize,
+    threads: usize,
+    variant: &str,
+    runs: &[Measured],
+) {
+    use std::io::Write;
+    let line = serde_json::json!({
+        "architecture": arch,
+        "backend": backend.name(),
+        "batch": batch,
+        "threads": threads,
+        "variant": variant,
+        "samples_per_second": median(runs.iter().map(|m| m.samples_per_second).collect()),
+        "kernels_per_step": (!backend.is_cpu()).then(|| median(runs.iter().map(|m| m.launches_per_step).collect())),
+    });
+    let mut file =
+        std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    writeln!(file, "{line}").unwrap_or_else(|e| panic!("{path}: {e}"));
 }

@@ -6,7 +6,9 @@
 #   2. the quickstart manifest on cuda:0;
 #   3. data parallel and model parallel (experiments/gpu_check.toml) on the GPUs nvidia-smi
 #      lists (with one GPU, both replicas / stages share it, and the results say so);
-#   4. the throughput benchmark: samples/s per architecture per backend (table on stdout).
+#   4. the throughput benchmark at batch 64 and 256 (samples/s and kernels per training step),
+#      the PyTorch reference of the same models (benches/pytorch_reference.py) where python3
+#      has torch, and the two side by side (scripts/side-by-side.py).
 # The whole check has 8 minutes (TANDEM_GPU_CHECK_SECONDS): each step gets what is left, and
 # a step that runs out stops the script with its name, so it never runs past the budget.
 # Usage: scripts/gpu-check.sh [results-dir]   (default: results/gpu-check)
@@ -79,8 +81,18 @@ within "$tandem" run experiments/gpu_check.toml --devices "$devices" --out "$out
 sed -n '/Training time, speedup and accuracy/,/^### Communication/p' "$out/gpu_check-report/report.md"
 [ "$runs" = 124 ] && exit 124
 
-step "4. throughput, samples/s (reference shape; flex on all cores for comparison)"
-TANDEM_BENCH_SECONDS=2 TANDEM_BENCH_THREADS="$(nproc)" TANDEM_BENCH_BACKENDS=flex,wgpu,cuda within "$throughput"
+step "4. throughput, samples/s (reference shape; flex on all cores for comparison) and PyTorch beside it"
+rm -f "$out/tandem.jsonl" "$out/pytorch.jsonl"
+TANDEM_BENCH_SECONDS=2 TANDEM_BENCH_THREADS="$(nproc)" TANDEM_BENCH_BACKENDS=flex,wgpu,cuda \
+    TANDEM_BENCH_BATCHES=64,256 TANDEM_BENCH_JSON="$out/tandem.jsonl" within "$throughput"
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    within python3 benches/pytorch_reference.py --device cuda --batches 64,256 --seconds 2 --launches \
+        > "$out/pytorch.jsonl"
+    echo; echo "Tandem beside PyTorch on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1):"
+    python3 scripts/side-by-side.py "$out/tandem.jsonl" "$out/pytorch.jsonl" --backend cuda
+else
+    echo "no PyTorch with CUDA in python3 here: the side-by-side is left out"
+fi
 
 step "done"
 [ "$runs" = 0 ] || { echo "error: some gpu_check runs failed (see their summary.json under $out/gpu_check)" >&2; exit 1; }

@@ -196,6 +196,8 @@ enum DataCommand {
 
 fn main() -> ExitCode {
     tandem_train::keep_freed_memory();
+    // GPU runs record the kernels a training step launches (a no-op in a CPU-only build).
+    tandem_experiment::backend::launches::install();
     match dispatch(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
         // Already reported (by every rank of a job that failed everywhere).

@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::record::{BinFileRecorder, FullPrecisionSettings};
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 use tandem_data::{Encoded, Sample, Vocab, CLASS_NAMES, NUM_CLASSES};
 use tandem_models::{Classifier, InputSpec};
 use tandem_results::{ClassificationMetrics, ConfusionMatrix};
 
-use crate::backend::{compiled_backends, is_compiled, BackendKind};
+use crate::backend::{compiled_backends, is_compiled, with_backend, BackendKind, BackendTask, DeviceSpec};
 use crate::manifest::{Manifest, ModelEntry};
 
 /// A run folder or input that cannot be used; the message names the file at fault.
@@ -154,40 +154,29 @@ impl TrainedRun {
     }
 }
 
-/// Runs [`probabilities`] on the concrete type of `backend` and its first device.
+/// Runs [`probabilities`] on `backend` and its first device.
 fn probabilities_on(
     backend: BackendKind,
     run: &TrainedRun,
     data: &Encoded,
     batch_size: usize,
 ) -> Result<Vec<Vec<f64>>, InferenceError> {
-    match backend {
-        #[cfg(feature = "flex")]
-        BackendKind::Flex => probabilities::<burn::backend::Flex>(run, data, batch_size, &Default::default()),
-        #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => probabilities::<burn::backend::NdArray>(run, data, batch_size, &Default::default()),
-        #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => {
-            let device = crate::backend::wgpu_device(0);
-            crate::backend::probe_device::<burn::backend::Wgpu>("wgpu:0", &device)
-                .map_err(|e| InferenceError::new(&run.dir, e))?;
-            probabilities::<burn::backend::Wgpu>(run, data, batch_size, &device)
-        }
-        #[cfg(feature = "cuda")]
-        BackendKind::Cuda => {
-            let device = burn::backend::cuda::CudaDevice::new(0);
-            crate::backend::probe_device::<burn::backend::Cuda>("cuda:0", &device)
-                .map_err(|e| InferenceError::new(&run.dir, e))?;
-            probabilities::<burn::backend::Cuda>(run, data, batch_size, &device)
-        }
-        #[allow(unreachable_patterns)]
-        other => Err(InferenceError::new(
-            &run.dir,
-            format!(
-                "backend `{other}` is not compiled into this build (it has: {}); rebuild with `--features {other}`",
-                compiled_backends().iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
-            ),
-        )),
+    let task = Probabilities { run, data, batch_size };
+    with_backend(backend, &[DeviceSpec::first_of(backend)], task).map_err(|e| InferenceError::new(&run.dir, e))?
+}
+
+/// [`probabilities`], on whichever backend it is given (without autodiff).
+struct Probabilities<'a> {
+    run: &'a TrainedRun,
+    data: &'a Encoded,
+    batch_size: usize,
+}
+
+impl BackendTask for Probabilities<'_> {
+    type Output = Result<Vec<Vec<f64>>, InferenceError>;
+
+    fn run<B: AutodiffBackend>(self, devices: Vec<B::Device>) -> Self::Output {
+        probabilities::<B::InnerBackend>(self.run, self.data, self.batch_size, &devices[0])
     }
 }
 

@@ -12,8 +12,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use tandem_experiment::backend::probe_device;
-use tandem_experiment::BackendKind;
+use tandem_experiment::backend::{compiled_backends, with_backend, BackendKind, BackendTask, DeviceSpec};
 use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 use tandem_parallel::{DataParallel, DataParallelConfig, ModelParallel, ModelParallelConfig, Schedule};
 use tandem_testing::{exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_models};
@@ -67,56 +66,72 @@ fn configs() -> Vec<ModelConfig> {
 fn backends_to_test() -> Vec<BackendKind> {
     let required = std::env::var("TANDEM_REQUIRE_BACKENDS").unwrap_or_default();
     let mut out = Vec::new();
-    let mut consider = |kind: BackendKind, started: Result<(), String>| match started {
-        Ok(()) => out.push(kind),
-        Err(e) if required.split(',').any(|r| r.trim() == kind.name()) => panic!("{kind} is required here: {e}"),
-        Err(e) => eprintln!("skipped {kind}: {e}"),
-    };
-    #[cfg(feature = "wgpu")]
-    consider(
-        BackendKind::Wgpu,
-        probe_device::<burn::backend::Wgpu>("wgpu:0", &tandem_experiment::backend::wgpu_device(0)),
-    );
-    #[cfg(feature = "cuda")]
-    consider(
-        BackendKind::Cuda,
-        probe_device::<burn::backend::Cuda>("cuda:0", &burn::backend::cuda::CudaDevice::new(0)),
-    );
+    for kind in compiled_backends().into_iter().filter(|b| !b.is_cpu()) {
+        match with_backend(kind, &[DeviceSpec::first_of(kind)], CheckOn(Check::Starts, kind)) {
+            Ok(()) => out.push(kind),
+            Err(e) if required.split(',').any(|r| r.trim() == kind.name()) => panic!("{kind} is required here: {e}"),
+            Err(e) => eprintln!("skipped {kind}: {e}"),
+        }
+    }
     out
 }
 
-/// Runs `$check::<Autodiff<GPU backend>>(name, device 0)` on each backend of [`backends_to_test`].
-macro_rules! on_each_gpu_backend {
-    ($check:ident) => {
-        for backend in backends_to_test() {
-            match backend {
-                #[cfg(feature = "wgpu")]
-                BackendKind::Wgpu => {
-                    $check::<Autodiff<burn::backend::Wgpu>>("wgpu", tandem_experiment::backend::wgpu_device(0))
-                }
-                #[cfg(feature = "cuda")]
-                BackendKind::Cuda => {
-                    $check::<Autodiff<burn::backend::Cuda>>("cuda", burn::backend::cuda::CudaDevice::new(0))
-                }
-                _ => unreachable!("only GPU backends are tested here"),
-            }
+/// What a test checks on a GPU backend (each a function generic over the backend).
+#[derive(Clone, Copy)]
+enum Check {
+    /// The device starts (nothing else).
+    Starts,
+    Agreement,
+    RecurrentShapes,
+    Training,
+    Strategies,
+}
+
+/// A check on one backend.
+struct CheckOn(Check, BackendKind);
+
+impl BackendTask for CheckOn {
+    type Output = ();
+
+    fn run<B: AutodiffBackend>(self, mut devices: Vec<B::Device>) {
+        let (name, device) = (self.1.name(), devices.remove(0));
+        match self.0 {
+            Check::Starts => {}
+            Check::Agreement => agrees_with_ndarray::<B>(name, device),
+            Check::RecurrentShapes => recurrent_shapes_agree_with_ndarray::<B>(name, device),
+            Check::Training => training_agrees_with_ndarray::<B>(name, device),
+            Check::Strategies => strategies_agree_on::<B>(name, device),
         }
-    };
+    }
+}
+
+/// Runs `check` on device 0 of each backend of [`backends_to_test`].
+fn on_each_gpu_backend(check: Check) {
+    for backend in backends_to_test() {
+        with_backend(backend, &[DeviceSpec::first_of(backend)], CheckOn(check, backend))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// Sequences with 12, 7 and 1 real tokens.
 fn batch<B: Backend>(device: &B::Device) -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
+    batch_of::<B>(&[12, 7, 1], INPUT.max_len, device)
+}
+
+/// One sequence of `seq` positions per length in `lengths`, padded after its real tokens.
+fn batch_of<B: Backend>(lengths: &[usize], seq: usize, device: &B::Device) -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
     let mut ids = Vec::new();
     let mut pad = Vec::new();
-    for (row, len) in [12usize, 7, 1].into_iter().enumerate() {
-        for pos in 0..INPUT.max_len {
+    for (row, &len) in lengths.iter().enumerate() {
+        for pos in 0..seq {
             ids.push(if pos < len { ((row * 13 + pos * 7) % 58 + 2) as i64 } else { 0 });
             pad.push(pos >= len);
         }
     }
+    let rows = lengths.len();
     (
-        Tensor::from_data(TensorData::new(ids, [3, INPUT.max_len]), device),
-        Tensor::from_data(TensorData::new(pad, [3, INPUT.max_len]), device),
+        Tensor::from_data(TensorData::new(ids, [rows, seq]), device),
+        Tensor::from_data(TensorData::new(pad, [rows, seq]), device),
     )
 }
 
@@ -132,10 +147,19 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for CollectGradients<'_, B> {
 
 /// Logits and every parameter's gradient of a fixed weighted sum of the logits.
 fn logits_and_gradients<B: AutodiffBackend>(model: &Classifier<B>, device: &B::Device) -> (Vec<f32>, Vec<Vec<f32>>) {
-    let (tokens, mask) = batch::<B>(device);
+    logits_and_gradients_on(model, batch::<B>(device), device)
+}
+
+/// [`logits_and_gradients`] on a batch of `tokens` and their padding mask.
+fn logits_and_gradients_on<B: AutodiffBackend>(
+    model: &Classifier<B>,
+    (tokens, mask): (Tensor<B, 2, Int>, Tensor<B, 2, Bool>),
+    device: &B::Device,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let rows = tokens.dims()[0];
     let logits = model.forward(tokens, &mask);
-    let weights: Vec<f32> = (0..12).map(|i| (i as f32 * 0.37).sin()).collect();
-    let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, [3, 4]), device);
+    let weights: Vec<f32> = (0..rows * 4).map(|i| (i as f32 * 0.37).sin()).collect();
+    let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, [rows, 4]), device);
     let grads = (logits.clone() * weights).sum().backward();
     let mut collect = CollectGradients::<B>(&grads, Vec::new());
     model.visit(&mut collect);
@@ -191,7 +215,94 @@ fn agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
 #[test]
 fn every_architecture_agrees_with_ndarray_in_logits_and_every_gradient() {
     let _serial = serial();
-    on_each_gpu_backend!(agrees_with_ndarray);
+    on_each_gpu_backend(Check::Agreement);
+}
+
+/// The recurrent layers' kernels at the edges of the shapes manifests allow: hidden 16 and 512
+/// (more units than a cube has threads), odd sizes, one step and 512 steps, one sample and 1,024
+/// (several samples per cube), both directions, stacked layers; LSTM and GRU. Logits and every
+/// gradient agree with ndarray's as in [`agrees_with_ndarray`].
+fn recurrent_shapes_agree_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
+    let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
+    // (hidden, layers, bidirectional, real tokens per sample, positions)
+    let shapes: [(usize, usize, bool, Vec<usize>, usize); 6] = [
+        (16, 1, false, vec![1], 1),
+        (33, 2, true, vec![9, 4, 1], 9),
+        (512, 1, true, vec![3, 2], 3),
+        (17, 1, false, vec![512, 300], 512),
+        (16, 1, true, (0..1024).map(|i| 1 + i % 5).collect(), 5),
+        (130, 1, false, vec![7; 67], 7),
+    ];
+    let mut beyond = Vec::new();
+    for (hidden, layers, bidirectional, lengths, seq) in shapes {
+        let recurrent = RecurrentConfig {
+            embedding_dim: 8,
+            hidden,
+            layers,
+            bidirectional,
+            embedding_dropout: 0.0,
+            dropout: 0.0,
+            ..Default::default()
+        };
+        let input = InputSpec { max_len: seq, ..INPUT };
+        for config in [ModelConfig::Lstm(recurrent.clone()), ModelConfig::Gru(recurrent)] {
+            let reference_device = Default::default();
+            let reference: Classifier<Reference> = config.init(&input, &reference_device);
+            let model: Classifier<B> = config.init(&input, &device).with_parameters_of(&reference);
+            let (expected_logits, expected_grads) = logits_and_gradients_on(
+                &reference,
+                batch_of::<Reference>(&lengths, seq, &reference_device),
+                &reference_device,
+            );
+            let (logits, grads) = logits_and_gradients_on(&model, batch_of::<B>(&lengths, seq, &device), &device);
+            let case = format!(
+                "{name} {} hidden {hidden}, {layers} layer(s){}, batch {}, {seq} steps",
+                config.architecture().name(),
+                if bidirectional { ", bidirectional" } else { "" },
+                lengths.len()
+            );
+            let mut worst = largest_relative_difference(&expected_logits, &logits);
+            for (e, g) in expected_grads.iter().zip(&grads) {
+                worst = worst.max(largest_relative_difference(e, g));
+            }
+            eprintln!("{case}: logits and gradients within {worst:e} (relative) of ndarray");
+            if worst > tolerance {
+                beyond.push(format!("{case}: {worst:e} (relative) away from ndarray"));
+            }
+        }
+    }
+    assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+}
+
+#[test]
+fn recurrent_layers_agree_with_ndarray_at_the_edges_of_the_shapes_manifests_allow() {
+    let _serial = serial();
+    on_each_gpu_backend(Check::RecurrentShapes);
+}
+
+/// One epoch of sequential training (global-norm clipping, AdamW with warm-up) on `B` ends with
+/// the parameters the same epoch ends with on ndarray: on the GPU backends the clipping factor is
+/// computed on the device and AdamW is one kernel per parameter, on ndarray both run on the host.
+fn training_agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
+    let (data, _, vocab_size) = toy_data();
+    let train = exact_train_config();
+    let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
+    let mut beyond = Vec::new();
+    for config in toy_models() {
+        let arch = config.architecture().name();
+        let reference_model = initial_model::<Reference>(&config, vocab_size);
+        let model = initial_model::<B>(&config, vocab_size).with_parameters_of(&reference_model);
+        let mut reference = Sequential::new(reference_model, &train, Default::default());
+        let mut sequential = Sequential::new(model, &train, device.clone());
+        one_epoch(&mut reference, &data, &train);
+        one_epoch(&mut sequential, &data, &train);
+        let d = relative_difference(&sequential.model().parameter_values(), &reference.model().parameter_values());
+        eprintln!("{name} {arch}: one epoch of training within {d:e} (relative) of ndarray's");
+        if d > tolerance {
+            beyond.push(format!("{name} {arch}: one epoch of training ends {d:e} (relative) away from ndarray's"));
+        }
+    }
+    assert!(beyond.is_empty(), "{}", beyond.join("\n"));
 }
 
 /// One epoch of sequential training, data parallel (2 replicas, row-sparse embedding exchange)
@@ -226,9 +337,15 @@ fn strategies_agree_on<B: AutodiffBackend>(name: &str, device: B::Device) {
 }
 
 #[test]
+fn one_epoch_of_training_on_the_gpu_ends_with_the_parameters_of_ndarray() {
+    let _serial = serial();
+    on_each_gpu_backend(Check::Training);
+}
+
+#[test]
 fn data_and_model_parallel_on_one_gpu_match_sequential_on_it() {
     let _serial = serial();
-    on_each_gpu_backend!(strategies_agree_on);
+    on_each_gpu_backend(Check::Strategies);
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //!
 //! A [`ModelConfig`] names the architecture (one file each under `architectures/`) and builds
 //! its blocks. The blocks' fused forward passes run the operations of `ops/`, whose CPU kernels
-//! are in `kernels/`; [`FastPath`] and [`on_cpu`] tell which of them run on a backend.
+//! are in `kernels/` and GPU kernels in `gpu/`; [`FastPath`] and [`on_cpu`] tell which of them
+//! run on a backend.
 
 mod architectures;
 mod aux_head;
@@ -16,8 +17,11 @@ mod blocks;
 mod classifier;
 pub mod dropout;
 mod fast_path;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod gpu;
 mod kernels;
 mod ops;
+mod optimizer;
 
 // The manifest types: the architecture enums, the input spec and each architecture's config.
 pub use architectures::*;
@@ -27,3 +31,4 @@ pub use blocks::{
 };
 pub use classifier::{Classifier, CutError};
 pub use fast_path::{on_cpu, FastPath};
+pub use optimizer::{adamw_kernel_on, adamw_step, squared_sum, AdamWOutput, AdamWScalars};

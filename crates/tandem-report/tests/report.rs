@@ -104,6 +104,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         manifest_hash: None,
         reproducibility: None,
         cluster: None,
+        kernel_launches_per_step: None,
     };
     s.set_epochs(records);
     s

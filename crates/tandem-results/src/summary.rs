@@ -92,6 +92,10 @@ pub struct RunSummary {
     /// The job's ranks, for a run spread over several processes (`mpirun`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub cluster: Option<ClusterInfo>,
+    /// GPU kernels launched per training step, evaluation left out (GPU backends): on a small
+    /// model, what bounds a GPU step's time. All replicas or stages of the process together.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub kernel_launches_per_step: Option<f64>,
 }
 
 impl RunSummary {

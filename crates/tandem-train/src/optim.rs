@@ -16,6 +16,7 @@ use tandem_simd::Kernel;
 
 use crate::TrainConfig;
 
+mod gpu;
 mod state;
 
 /// Which optimizer to use.
@@ -111,8 +112,35 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
         Self { whole, lazy: None }
     }
 
+    /// Whether the step runs AdamW's GPU kernel on every parameter, which takes the gradients'
+    /// squared norm as a device value: the update then never waits for the device.
+    fn on_gpu(&self) -> bool {
+        matches!(self.whole, Whole::AdamW(_)) && self.lazy.is_none() && gpu::kernel_on::<B::InnerBackend>()
+    }
+
     /// One optimizer step with learning rate `lr`.
-    pub fn step(&mut self, lr: f64, module: M, mut grads: GradientsParams) -> M {
+    pub fn step(&mut self, lr: f64, module: M, grads: GradientsParams) -> M {
+        self.step_clipped(lr, module, grads, None)
+    }
+
+    /// [`Self::step`], on GPU backends with the gradients clipped inside AdamW's kernel by
+    /// `clip`: their squared norm (a device value) and the bound (`None`: not clipped).
+    fn step_clipped(
+        &mut self,
+        lr: f64,
+        module: M,
+        grads: GradientsParams,
+        clip: Option<(Tensor<B::InnerBackend, 1>, f64)>,
+    ) -> M {
+        if self.on_gpu() {
+            let (squared_norm, max_norm) = clip.unwrap_or_else(|| (gpu::zero(&module), f64::INFINITY));
+            return gpu::with_clipping(squared_norm, max_norm, || self.step_unscaled(lr, module, grads));
+        }
+        self.step_unscaled(lr, module, grads)
+    }
+
+    /// [`Self::step`] with the gradients as they are.
+    fn step_unscaled(&mut self, lr: f64, module: M, mut grads: GradientsParams) -> M {
         let module = match &mut self.lazy {
             Some(lazy) => match grads.remove::<B::InnerBackend, 2>(lazy.id) {
                 Some(grad) => module.map(&mut LazyStep { rows: lazy, grad: Some(grad), lr }),
@@ -137,10 +165,18 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
         step: usize,
         total_steps: usize,
     ) -> M {
-        if let Some(max_norm) = config.grad_clip_norm {
-            clip_gradient_norm(&module, &mut grads, max_norm);
+        let lr = learning_rate(config, step, total_steps);
+        match config.grad_clip_norm {
+            Some(max_norm) if self.on_gpu() => {
+                let squared_norm = gpu::squared_norm_on_device(&module, &grads);
+                self.step_clipped(lr, module, grads, Some((squared_norm, max_norm)))
+            }
+            Some(max_norm) => {
+                clip_gradient_norm(&module, &mut grads, max_norm);
+                self.step(lr, module, grads)
+            }
+            None => self.step(lr, module, grads),
         }
-        self.step(learning_rate(config, step, total_steps), module, grads)
     }
 }
 
@@ -157,10 +193,12 @@ impl<B: AutodiffBackend> AnyOptimizer<Classifier<B>, B> {
 }
 
 /// Burn's AdamW (the same state, so the same records), whose step runs as **one pass** over the
-/// values on the CPU backends (Flex, ndarray; f32). Burn runs it as about fifteen tensor
-/// operations, each a pass over the whole parameter that allocates its result: over a
-/// 2.56M-value embedding table that was a third of a CNN training step on Flex. Same arithmetic,
-/// element by element and in the same order, so the same results; other backends run Burn's.
+/// values on the CPU backends (Flex, ndarray; f32) and as **one kernel** per parameter on the GPU
+/// backends (`tandem_models::adamw_step`). Burn runs it as about fifteen tensor operations, each
+/// a pass over the whole parameter that allocates its result: over a 2.56M-value embedding table
+/// that was a third of a CNN training step on Flex, and on a GPU fifteen kernel launches per
+/// parameter. Same arithmetic, element by element and in the same order, so the same results;
+/// other backends run Burn's.
 #[derive(Clone)]
 pub struct HostAdamW {
     burn: AdamW,
@@ -185,6 +223,13 @@ impl HostAdamW {
     /// Whether the step runs as one pass on `B` (for f32 values; otherwise Burn's step runs).
     pub fn one_pass_on<B: Backend>() -> bool {
         tandem_models::on_cpu::<B>()
+    }
+
+    /// Burn's weight-decay factor `1 − lr · decay` (computed in f64, used as f32), `None` without
+    /// decay (the values are then not multiplied at all).
+    pub(crate) fn keep(&self, lr: f64) -> Option<f32> {
+        let decay_rate = lr * f64::from(self.weight_decay);
+        (decay_rate != 0.0).then_some((1.0 - decay_rate) as f32)
     }
 }
 
@@ -241,7 +286,11 @@ impl<B: Backend> SimpleOptimizer<B> for HostAdamW {
                 && s.momentum.moment_2.dtype() == DType::F32
                 && s.momentum.max_moment_2.is_none()
         });
-        if !(Self::one_pass_on::<B>() && f32_state && tensor.dtype() == DType::F32 && grad.dtype() == DType::F32) {
+        let f32_values = f32_state && tensor.dtype() == DType::F32 && grad.dtype() == DType::F32;
+        if f32_values && gpu::kernel_on::<B>() {
+            return self.gpu_step(lr, tensor, grad, state);
+        }
+        if !(Self::one_pass_on::<B>() && f32_values) {
             return self.burn.step(lr, tensor, grad, state);
         }
         let (device, shape) = (tensor.device(), tensor.shape());
@@ -252,14 +301,13 @@ impl<B: Backend> SimpleOptimizer<B> for HostAdamW {
             None => (TensorData::zeros::<f32, _>(shape.clone()), TensorData::zeros::<f32, _>(shape.clone()), 1),
         };
         // Burn's scalars: `1 − β`, the bias corrections, and the f64 decay factor and learning rate as f32.
-        let decay_rate = lr * f64::from(self.weight_decay);
         let f32s = "checked above: f32";
         tandem_simd::run(AdamWStep {
             betas: (self.beta_1, self.beta_2),
             factors: (1.0 - self.beta_1, 1.0 - self.beta_2),
             corrections: (1f32 - self.beta_1.powi(time as i32), 1f32 - self.beta_2.powi(time as i32)),
             epsilon: self.epsilon,
-            keep: (decay_rate != 0.0).then_some((1.0 - decay_rate) as f32),
+            keep: self.keep(lr),
             lr: lr as f32,
             values: values.as_mut_slice::<f32>().expect(f32s),
             m: m.as_mut_slice::<f32>().expect(f32s),

@@ -141,6 +141,7 @@ pub(super) fn run_one(
         manifest_hash: Some(resume::manifest_hash(&resolved_toml)),
         reproducibility: None,
         cluster: None,
+        kernel_launches_per_step: None,
     };
     // A worker that never returns ends the process; its run's failure is written first.
     if writes_results {
@@ -175,6 +176,7 @@ pub(super) fn run_one(
     (summary.devices, summary.shared_devices) = (outcome.devices, outcome.shared_devices);
     summary.parameters = parameters;
     summary.reproducibility = outcome.reproducibility;
+    summary.kernel_launches_per_step = outcome.launches_per_step;
     summary.finished_at = results::now_utc();
     summary.set_epochs(&records);
     if let Some(ranks) = ranks {

@@ -13,7 +13,8 @@ use super::checkpoints::{reproducibility, Checkpoints};
 use super::context::RunContext;
 use super::devices::devices_for;
 use super::signals::{agreed_stop, interrupt};
-use crate::backend::{BackendKind, DeviceSpec};
+use crate::backend::launches::StepLaunches;
+use crate::backend::{with_backend, BackendKind, BackendTask, DeviceSpec};
 use crate::manifest::StrategyConfig;
 use crate::results;
 
@@ -32,6 +33,8 @@ pub(super) struct Outcome {
     pub stopped_within: Option<usize>,
     /// What keeps this run from being reproduced bit for bit, if anything.
     pub reproducibility: Option<String>,
+    /// GPU kernels launched per training step (GPU backends).
+    pub launches_per_step: Option<f64>,
 }
 
 impl Outcome {
@@ -45,77 +48,55 @@ impl Outcome {
             interrupted: None,
             stopped_within: None,
             reproducibility: None,
+            launches_per_step: None,
         }
     }
 }
 
-/// Picks the concrete backend type and the devices for a run.
-#[allow(unused_variables)] // `devices`: only GPU backends read it
+/// Trains on `backend` with the devices the strategy uses (the first of `devices`, one per
+/// replica or stage; on a CPU backend its one device, shared).
 pub(super) fn dispatch(backend: BackendKind, devices: &[DeviceSpec], ctx: &RunContext) -> Outcome {
-    use burn::backend::Autodiff;
-    // CPU backends have one device (a device is `threads` cores); GPU backends pick by index.
-    // (Each helper is unused in builds without its kind of backend.)
-    #[allow(dead_code)]
-    fn cpu<D: Default>() -> Vec<(String, D)> {
-        vec![("cpu".to_string(), D::default())]
-    }
-    #[allow(dead_code)]
-    fn gpus<D>(devices: &[DeviceSpec], device: impl Fn(usize) -> D) -> Vec<(String, D)> {
-        devices.iter().map(|d| (d.to_string(), device(d.index))).collect()
-    }
-    match backend {
-        #[cfg(feature = "flex")]
-        BackendKind::Flex => train_on::<Autodiff<burn::backend::Flex>>(cpu(), true, ctx),
-        #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => train_on::<Autodiff<burn::backend::NdArray>>(cpu(), true, ctx),
-        #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => {
-            train_on::<Autodiff<burn::backend::Wgpu>>(gpus(devices, crate::backend::wgpu_device), false, ctx)
-        }
-        #[cfg(feature = "cuda")]
-        BackendKind::Cuda => {
-            train_on::<Autodiff<burn::backend::Cuda>>(gpus(devices, burn::backend::cuda::CudaDevice::new), false, ctx)
-        }
-        #[allow(unreachable_patterns)]
-        other => Outcome::failed(format!("backend `{other}` is not compiled into this build")),
-    }
-}
-
-/// Builds the model and strategy on backend `B` and trains, writing `epochs.jsonl` as it goes.
-/// `devices`: the manifest's devices with their names. `cpu`: the backend has one device, which
-/// every replica or stage shares (one core each); a GPU device is probed before use.
-fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ctx: &RunContext) -> Outcome {
     // In a multi-process job each rank runs its share of the stages (replicas are per rank).
     let wanted = match (ctx.ranks, ctx.strategy.stages()) {
         (Some(ranks), Some(stages)) => stages / ranks.size(),
         _ => ctx.strategy.num_devices(),
     };
-    let used = match devices_for(&devices, wanted, cpu) {
+    let used = match devices_for(devices, wanted, backend.is_cpu()) {
         Ok(used) => used,
         Err(e) => return Outcome::failed(e),
     };
-    let mut distinct: Vec<&(String, B::Device)> = Vec::new();
-    for pair in &used {
-        if !distinct.iter().any(|(name, _)| *name == pair.0) {
-            distinct.push(pair);
-        }
+    let distinct = used.iter().enumerate().filter(|(i, d)| used.iter().position(|u| u == *d) == Some(*i)).count();
+    let task = Training { ctx, cpu: backend.is_cpu(), distinct };
+    with_backend(backend, &used, task).unwrap_or_else(Outcome::failed)
+}
+
+/// A run's training, on whichever backend it names.
+struct Training<'a> {
+    ctx: &'a RunContext<'a>,
+    cpu: bool,
+    /// Distinct devices among those used.
+    distinct: usize,
+}
+
+impl BackendTask for Training<'_> {
+    type Output = Outcome;
+
+    fn run<B: AutodiffBackend>(self, devices: Vec<B::Device>) -> Outcome {
+        train_on::<B>(devices, self.cpu, self.distinct, self.ctx)
     }
-    if !cpu {
-        for (name, device) in &distinct {
-            if let Err(e) = crate::backend::probe_device::<B>(name, device) {
-                return Outcome::failed(e);
-            }
-        }
-    }
-    let shared_devices = !cpu && distinct.len() < used.len();
+}
+
+/// Builds the model and strategy on backend `B` and trains, writing `epochs.jsonl` as it goes.
+/// `devices`: one per replica or stage, started, `distinct` of them different. `cpu`: the
+/// backend has one device, which every replica or stage shares (one core each).
+fn train_on<B: AutodiffBackend>(devices: Vec<B::Device>, cpu: bool, distinct: usize, ctx: &RunContext) -> Outcome {
+    let shared_devices = !cpu && distinct < devices.len();
     if shared_devices {
         eprintln!(
-            "note: {} replicas or stages share {} GPU(s): a correctness check, not a speedup measurement",
-            used.len(),
-            distinct.len()
+            "note: {} replicas or stages share {distinct} GPU(s): a correctness check, not a speedup measurement",
+            devices.len()
         );
     }
-    let devices: Vec<B::Device> = used.into_iter().map(|(_, device)| device).collect();
     let device = devices[0].clone();
     let train = &ctx.entry.train;
     let input = InputSpec {
@@ -180,7 +161,9 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
     let mut checkpoints = Checkpoints::new(ctx);
     let epochs_path = ctx.dir.join("epochs.jsonl");
     let mut stopped_within = None;
+    let step_launches = StepLaunches::new();
     let mut on_point = |point: Point, strategy: &dyn Strategy<B>| {
+        step_launches.point();
         let record = match point {
             Point::Recorded(record) => record,
             Point::Paused { points_done, partial } => {
@@ -202,7 +185,10 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         }
     };
     let hooks = Hooks {
-        on_batch: &|n: usize| progress.inc(n as u64),
+        on_batch: &|n: usize| {
+            progress.inc(n as u64);
+            step_launches.step();
+        },
         on_point: &mut on_point,
         interrupt: &|| interrupt.signal().is_some(),
     };
@@ -223,6 +209,7 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         _ => None,
     };
     let reproducibility = reproducibility(ctx, cpu);
+    let launches_per_step = step_launches.per_step();
     let outcome = Outcome {
         records: Vec::new(),
         parameters,
@@ -232,6 +219,7 @@ fn train_on<B: AutodiffBackend>(devices: Vec<(String, B::Device)>, cpu: bool, ct
         interrupted,
         stopped_within,
         reproducibility,
+        launches_per_step,
     };
     match (result, saved) {
         (_, _) if interrupted.is_some() => Outcome { records: written, ..outcome },

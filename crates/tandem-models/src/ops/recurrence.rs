@@ -15,9 +15,12 @@
 //!
 //! [`recurrence`] checks at run time ([`crate::kernels::dispatch`]) whether `B` is
 //! `Autodiff<I>` for one of the inner backends compiled into this crate (Flex, ndarray, and wgpu /
-//! CUDA with the features of those names) and takes the fast path there. On any other backend it
-//! runs the same loop with ordinary tensor operations: on a plain backend (inference) that is
-//! exactly what is wanted, on another autodiff backend it is correct, only slower.
+//! CUDA with the features of those names) and takes the fast path there: on the CPU backends the
+//! loop runs in host memory ([`crate::kernels::recurrence`]), on the GPU backends as two kernels,
+//! one launch forward and one backward ([`crate::gpu::recurrence`]), where the kernels support
+//! the shape (else as tensor operations). Without autodiff, the CPU and GPU backends run the same
+//! forward loops. On any other backend the loop runs as ordinary tensor operations: correct, only
+//! slower.
 
 use std::any::TypeId;
 
@@ -28,9 +31,13 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use crate::gpu::{GpuKernels, RecurrenceTape};
 use crate::kernels::dispatch::{on_cpu, record_node, same_type};
 pub(crate) use crate::kernels::recurrence::Cell;
 use crate::kernels::recurrence::{self as host_loop, order, HostTape};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use burn::tensor::ops::FloatTensor;
 
 /// Runs `cell` over `projected` (`[batch, seq, gates × hidden]`: the input projection
 /// `x · W_x + b_x` of every step), with hidden weight `weight` (`[hidden, gates × hidden]`) and
@@ -58,7 +65,10 @@ pub(crate) fn recurrence<B: Backend>(
         None if on_cpu::<B>() => {
             host_loop::forward(cell, inputs.projected, inputs.weight, inputs.bias, reverse, false).0
         }
-        None => forward(cell, inputs, reverse, false).0,
+        None => match gpu_forward::<B>() {
+            Some(run) => run(cell, inputs, reverse),
+            None => forward(cell, inputs, reverse, false).0,
+        },
     }
 }
 
@@ -72,16 +82,27 @@ pub(crate) fn runs_as_one_node<B: Backend>() -> bool {
 type OneNode<B> = fn(Cell, Inputs<B>, bool) -> Tensor<B, 3>;
 
 /// `B`'s one-node path, if `B` is `Autodiff<I>` for an inner backend compiled into this crate.
-/// CPU backends run the loop's arithmetic in host memory ([`crate::kernels::recurrence`]); GPU
-/// backends as tensor operations (host memory would cost a round trip per step).
+/// CPU backends run the loop's arithmetic in host memory ([`crate::kernels::recurrence`]), GPU
+/// backends in two kernels ([`crate::gpu::recurrence`]).
 fn one_node<B: Backend>() -> Option<OneNode<B>> {
     let paths: &[(TypeId, OneNode<B>)] = &[
-        path::<B, burn::backend::Flex>(Loop::Host),
-        path::<B, burn::backend::NdArray>(Loop::Host),
+        host_path::<B, burn::backend::Flex>(),
+        host_path::<B, burn::backend::NdArray>(),
         #[cfg(feature = "wgpu")]
-        path::<B, burn::backend::Wgpu>(Loop::Tensors),
+        (TypeId::of::<Autodiff<burn::backend::Wgpu>>(), on_autodiff_gpu::<B, burn::backend::Wgpu>),
         #[cfg(feature = "cuda")]
-        path::<B, burn::backend::Cuda>(Loop::Tensors),
+        (TypeId::of::<Autodiff<burn::backend::Cuda>>(), on_autodiff_gpu::<B, burn::backend::Cuda>),
+    ];
+    paths.iter().find(|(id, _)| *id == TypeId::of::<B>()).map(|&(_, run)| run)
+}
+
+/// The forward kernel of a GPU backend compiled into this crate, if `B` is one (no autodiff).
+fn gpu_forward<B: Backend>() -> Option<OneNode<B>> {
+    let paths: &[(TypeId, OneNode<B>)] = &[
+        #[cfg(feature = "wgpu")]
+        (TypeId::of::<burn::backend::Wgpu>(), on_gpu::<B, burn::backend::Wgpu>),
+        #[cfg(feature = "cuda")]
+        (TypeId::of::<burn::backend::Cuda>(), on_gpu::<B, burn::backend::Cuda>),
     ];
     paths.iter().find(|(id, _)| *id == TypeId::of::<B>()).map(|&(_, run)| run)
 }
@@ -91,17 +112,14 @@ fn one_node<B: Backend>() -> Option<OneNode<B>> {
 enum Loop {
     /// In host memory, one pass per step ([`crate::kernels::recurrence`]).
     Host,
-    /// As tensor operations on the backend ([`forward`]).
+    /// As tensor operations on the backend ([`forward`]): GPU shapes the kernels do not support.
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), expect(dead_code))]
     Tensors,
 }
 
-/// The one-node path of `Autodiff<I>` with its loop run `how`.
-fn path<B: Backend, I: Backend>(how: Loop) -> (TypeId, OneNode<B>) {
-    let run: OneNode<B> = match how {
-        Loop::Host => on_autodiff::<B, I, true>,
-        Loop::Tensors => on_autodiff::<B, I, false>,
-    };
-    (TypeId::of::<Autodiff<I>>(), run)
+/// The one-node path of `Autodiff<I>`, its loop in host memory.
+fn host_path<B: Backend, I: Backend>() -> (TypeId, OneNode<B>) {
+    (TypeId::of::<Autodiff<I>>(), on_autodiff_host::<B, I>)
 }
 
 /// The three inputs of the operation.
@@ -112,9 +130,73 @@ struct Inputs<B: Backend> {
     bias: Tensor<B, 1>,
 }
 
-/// The one-node path for `B` = `Autodiff<I>`; `HOST` picks [`Loop::Host`].
-fn on_autodiff<B: Backend, I: Backend, const HOST: bool>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Tensor<B, 3> {
-    same_type(tracked::<I>(cell, same_type(inputs), reverse, if HOST { Loop::Host } else { Loop::Tensors }))
+/// The one-node path for `B` = `Autodiff<I>`, its loop in host memory.
+fn on_autodiff_host<B: Backend, I: Backend>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Tensor<B, 3> {
+    same_type(tracked::<I>(cell, same_type(inputs), reverse, Loop::Host))
+}
+
+/// The forward loop on the GPU backend `B` = `G`: the forward kernel where it supports the shape.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn on_gpu<B: Backend, G: GpuKernels>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Tensor<B, 3> {
+    let Inputs { projected, weight, bias } = same_type::<_, Inputs<G>>(inputs);
+    let [batch, _, _] = projected.dims();
+    let hidden = match G::recurrence_supports(cell, batch, weight.dims()[0], &projected.device()) {
+        true => {
+            let (p, w, b) =
+                (projected.into_primitive().tensor(), weight.into_primitive().tensor(), bias.into_primitive().tensor());
+            Tensor::from_primitive(TensorPrimitive::Float(G::recurrence_forward(cell, p, w, b, reverse, false).0))
+        }
+        false => forward(cell, Inputs { projected, weight, bias }, reverse, false).0,
+    };
+    same_type(hidden)
+}
+
+/// The one-node path for `B` = `Autodiff<G>` on a GPU backend: the kernels where they support
+/// the shape, else the loop as tensor operations.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn on_autodiff_gpu<B: Backend, G: GpuKernels>(cell: Cell, inputs: Inputs<B>, reverse: bool) -> Tensor<B, 3> {
+    let inputs: Inputs<Autodiff<G>> = same_type(inputs);
+    let [batch, _, _] = inputs.projected.dims();
+    let hidden = inputs.weight.dims()[0];
+    let supported = G::recurrence_supports(cell, batch, hidden, &inputs.projected.device());
+    same_type(match supported {
+        true => tracked_kernel::<G>(cell, inputs, reverse),
+        false => tracked::<G>(cell, inputs, reverse, Loop::Tensors),
+    })
+}
+
+/// Runs the GPU kernels on `G` and registers one autodiff node for them.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn tracked_kernel<G: GpuKernels>(cell: Cell, inputs: Inputs<Autodiff<G>>, reverse: bool) -> Tensor<Autodiff<G>, 3> {
+    let parents = [
+        inputs.projected.into_primitive().tensor(),
+        inputs.weight.into_primitive().tensor(),
+        inputs.bias.into_primitive().tensor(),
+    ];
+    let output = record_node(KernelBackward, parents, |[projected, weight, bias], record| {
+        G::recurrence_forward(cell, projected, weight, bias, reverse, record)
+    });
+    Tensor::from_primitive(TensorPrimitive::Float(output))
+}
+
+/// The autodiff node of one recurrence run by the GPU kernels.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[derive(Debug)]
+struct KernelBackward;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<G: GpuKernels> Backward<G, 3> for KernelBackward {
+    type State = RecurrenceTape<FloatTensor<G>>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let grad = grads.consume::<G>(&ops.node);
+        let (projected, weight, bias) = G::recurrence_backward(ops.state, grad);
+        for (node, gradient) in ops.parents.into_iter().zip([projected, weight, bias]) {
+            if let Some(node) = node {
+                grads.register::<G>(node.id, gradient);
+            }
+        }
+    }
 }
 
 /// Runs the loop on `I` and registers one autodiff node for it.
@@ -162,15 +244,11 @@ impl<I: Backend> Backward<I, 3> for RecurrenceBackward {
                 Inputs { projected, weight, bias }
             }
         };
-        let [projected_node, weight_node, bias_node] = ops.parents;
-        if let Some(node) = projected_node {
-            grads.register::<I>(node.id, projected.into_primitive().tensor());
-        }
-        if let Some(node) = weight_node {
-            grads.register::<I>(node.id, weight.into_primitive().tensor());
-        }
-        if let Some(node) = bias_node {
-            grads.register::<I>(node.id, bias.into_primitive().tensor());
+        let gradients = [projected.into_primitive(), weight.into_primitive(), bias.into_primitive()];
+        for (node, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let Some(node) = node {
+                grads.register::<I>(node.id, gradient.tensor());
+            }
         }
     }
 }

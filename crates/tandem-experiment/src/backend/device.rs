@@ -1,32 +1,44 @@
-//! Backends compiled into this build, and device names as manifests write them.
+//! Devices as manifests and the command line name them (`cpu`, `wgpu:0`, `cuda:1`), and starting
+//! one before a run uses it.
 
 use std::fmt;
 use std::str::FromStr;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use tandem_results::BackendKind;
 
-pub use tandem_results::BackendKind;
+/// What a device is: the CPU (Flex, ndarray) or a GPU of wgpu or CUDA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    Cpu,
+    Wgpu,
+    Cuda,
+}
 
-/// Whether this build was compiled with `backend`'s cargo feature.
-pub fn is_compiled(backend: BackendKind) -> bool {
-    match backend {
-        BackendKind::Flex => cfg!(feature = "flex"),
-        BackendKind::Ndarray => cfg!(feature = "ndarray"),
-        BackendKind::Wgpu => cfg!(feature = "wgpu"),
-        BackendKind::Cuda => cfg!(feature = "cuda"),
+impl DeviceKind {
+    /// The kinds, as manifests write them.
+    const NAMES: [(Self, &'static str); 3] = [(Self::Cpu, "cpu"), (Self::Wgpu, "wgpu"), (Self::Cuda, "cuda")];
+
+    /// The name manifests use.
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(kind, _)| *kind == self).map_or("cpu", |(_, name)| name)
+    }
+
+    /// The kind of `backend`'s devices.
+    pub fn of(backend: BackendKind) -> Self {
+        match backend {
+            BackendKind::Flex | BackendKind::Ndarray => Self::Cpu,
+            BackendKind::Wgpu => Self::Wgpu,
+            BackendKind::Cuda => Self::Cuda,
+        }
     }
 }
 
-/// The backends this build can run on.
-pub fn compiled_backends() -> Vec<BackendKind> {
-    BackendKind::ALL.into_iter().filter(|b| is_compiled(*b)).collect()
-}
-
 /// A device as manifests name it: `cpu`, `wgpu:0`, `cuda:1`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceSpec {
-    pub kind: String,
+    pub kind: DeviceKind,
     pub index: usize,
 }
 
@@ -34,7 +46,7 @@ impl FromStr for DeviceSpec {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let (kind, index) = match s.split_once(':') {
+        let (name, index) = match s.split_once(':') {
             // CubeCL keeps device numbers as u16: a larger one would silently wrap around.
             Some((k, i)) => (
                 k,
@@ -42,19 +54,20 @@ impl FromStr for DeviceSpec {
             ),
             None => (s, 0),
         };
-        if !["cpu", "wgpu", "cuda"].contains(&kind) {
-            return Err(format!("device `{s}`: unknown kind `{kind}` (expected cpu, wgpu:N or cuda:N)"));
-        }
-        Ok(Self { kind: kind.to_string(), index })
+        let kind = DeviceKind::NAMES
+            .iter()
+            .find(|(_, known)| *known == name)
+            .map(|(kind, _)| *kind)
+            .ok_or_else(|| format!("device `{s}`: unknown kind `{name}` (expected cpu, wgpu:N or cuda:N)"))?;
+        Ok(Self { kind, index })
     }
 }
 
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.kind == "cpu" {
-            f.write_str("cpu")
-        } else {
-            write!(f, "{}:{}", self.kind, self.index)
+        match self.kind {
+            DeviceKind::Cpu => f.write_str("cpu"),
+            kind => write!(f, "{}:{}", kind.name(), self.index),
         }
     }
 }
@@ -62,19 +75,16 @@ impl fmt::Display for DeviceSpec {
 impl DeviceSpec {
     /// The first device of `backend`: `cpu`, `wgpu:0` or `cuda:0`.
     pub fn first_of(backend: BackendKind) -> Self {
-        Self { kind: backend.device_kind().to_string(), index: 0 }
+        Self { kind: DeviceKind::of(backend), index: 0 }
     }
 
     /// Checks that this device belongs to `backend` (`cpu` for flex/ndarray, `wgpu:N`, `cuda:N`).
     pub fn check_backend(&self, backend: BackendKind) -> Result<(), String> {
-        let expected = backend.device_kind();
+        let expected = DeviceKind::of(backend);
         if self.kind == expected {
             Ok(())
         } else {
-            Err(format!(
-                "device `{self}` does not belong to backend `{backend}` (use `{expected}{}`)",
-                if backend.is_cpu() { "" } else { ":0" }
-            ))
+            Err(format!("device `{self}` does not belong to backend `{backend}` (use `{}`)", Self::first_of(backend)))
         }
     }
 }
@@ -121,7 +131,7 @@ pub fn probe_device<B: Backend>(name: &str, device: &B::Device) -> Result<(), St
 /// from sequential, data parallel up to 6e-5; 2e-8 with one stream). Called by [`probe_device`],
 /// which runs before any training on a GPU; settings from a `cubecl.toml` are kept.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub fn one_stream_per_device() {
+fn one_stream_per_device() {
     use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -140,11 +150,28 @@ pub fn one_stream_per_device() {
 /// where there is no GPU); `wgpu:N` for N ≥ 1 is discrete GPU number N, counted from 0 as
 /// CubeCL counts them (so on a 2-GPU machine `wgpu:0` and `wgpu:1` are the two GPUs).
 #[cfg(feature = "wgpu")]
-pub fn wgpu_device(index: usize) -> burn::backend::wgpu::WgpuDevice {
+pub(super) fn wgpu_device(index: usize) -> burn::backend::wgpu::WgpuDevice {
     use burn::backend::wgpu::WgpuDevice;
     if index == 0 {
         WgpuDevice::DefaultDevice
     } else {
         WgpuDevice::DiscreteGpu(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_read_as_they_are_written() {
+        for name in ["cpu", "wgpu:0", "wgpu:3", "cuda:1"] {
+            assert_eq!(name.parse::<DeviceSpec>().unwrap().to_string(), name);
+        }
+        assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec { kind: DeviceKind::Cuda, index: 0 });
+        let err = "tpu:0".parse::<DeviceSpec>().unwrap_err();
+        assert!(err.contains("unknown kind `tpu`"), "{err}");
+        let err = DeviceSpec::first_of(BackendKind::Cuda).check_backend(BackendKind::Flex).unwrap_err();
+        assert!(err.contains("`cuda:0` does not belong to backend `flex` (use `cpu`)"), "{err}");
     }
 }

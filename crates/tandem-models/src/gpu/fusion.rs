@@ -1,0 +1,185 @@
+//! The recurrence kernels under Burn's fusion: each kernel call joins the fusion stream as one
+//! custom operation, which runs the inner CubeCL backend's kernels on its tensors when the stream
+//! executes. Fusion never fuses across it; the element-wise work around it still fuses.
+
+use std::marker::PhantomData;
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, TensorMetadata};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+
+use super::{recurrence::taped, GpuKernels, RecurrenceTape};
+use crate::kernels::recurrence::Cell;
+use crate::optimizer::AdamWScalars;
+
+type Handles<B> = HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
+
+/// The forward kernel as a fusion operation: inputs `[projected, weight, bias]`, outputs
+/// `[hidden states]`, with the tape `[…, values, previous]` when recording.
+#[derive(Debug)]
+struct Forward<B> {
+    desc: CustomOpIr,
+    cell: Cell,
+    reverse: bool,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Forward<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let [projected, weight, bias] = [0, 1, 2].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
+        let record = self.desc.outputs.len() == 3;
+        let (hidden, tape) = B::recurrence_forward(self.cell, projected, weight, bias, self.reverse, record);
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, hidden);
+        if let Some(tape) = tape {
+            handles.register_float_tensor::<B>(&self.desc.outputs[1].id, tape.values);
+            handles.register_float_tensor::<B>(&self.desc.outputs[2].id, tape.previous);
+        }
+    }
+}
+
+/// The backward pass as a fusion operation: inputs `[grad, weight, values, previous]`, outputs
+/// the gradients `[projected, weight, bias]`.
+#[derive(Debug)]
+struct Backward<B> {
+    desc: CustomOpIr,
+    cell: Cell,
+    reverse: bool,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Backward<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let [grad, weight, values, previous] =
+            [0, 1, 2, 3].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
+        let tape = RecurrenceTape { cell: self.cell, reverse: self.reverse, weight, values, previous };
+        let (projected, weight, bias) = B::recurrence_backward(tape, grad);
+        for (output, gradient) in self.desc.outputs.iter().zip([projected, weight, bias]) {
+            handles.register_float_tensor::<B>(&output.id, gradient);
+        }
+    }
+}
+
+/// One AdamW step as a fusion operation: inputs `[param, grad, moment 1, moment 2, gradient
+/// scale]`, outputs the parameter and both moments after it.
+#[derive(Debug)]
+struct AdamW<B> {
+    desc: CustomOpIr,
+    scalars: AdamWScalars,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for AdamW<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let inputs = [0, 1, 2, 3, 4].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
+        for (output, tensor) in self.desc.outputs.iter().zip(B::adamw(&self.scalars, inputs)) {
+            handles.register_float_tensor::<B>(&output.id, tensor);
+        }
+    }
+}
+
+/// The squared sum of many tensors as a fusion operation: inputs the tensors, output `[1]`.
+#[derive(Debug)]
+struct SquaredSum<B> {
+    desc: CustomOpIr,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for SquaredSum<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let inputs = self.desc.inputs.iter().map(|input| handles.get_float_tensor::<B>(input)).collect();
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::squared_sum(inputs));
+    }
+}
+
+impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
+    fn squared_sum(tensors: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        let client = tensors[0].client.clone();
+        let output = TensorIr::uninit(client.create_empty_handle(), Shape::new([1]), tensors[0].dtype);
+        let streams = OperationStreams::with_inputs(&tensors);
+        let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("tandem_squared_sum", &inputs, &[output]);
+        let operation = SquaredSum::<B> { desc: desc.clone(), _backend: PhantomData };
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        outputs.next().expect("the squared sum's output")
+    }
+
+    fn adamw(scalars: &AdamWScalars, tensors: [FloatTensor<Self>; 5]) -> [FloatTensor<Self>; 3] {
+        let client = tensors[0].client.clone();
+        let (shape, dtype) = (tensors[0].shape(), tensors[0].dtype);
+        let outputs = [0; 3].map(|_| TensorIr::uninit(client.create_empty_handle(), shape.clone(), dtype));
+        let streams = OperationStreams::with_inputs(&tensors);
+        let desc = CustomOpIr::new("tandem_adamw", &tensors.map(|t| t.into_ir()), &outputs);
+        let operation = AdamW::<B> { desc: desc.clone(), scalars: *scalars, _backend: PhantomData };
+        client
+            .register(streams, OperationIr::Custom(desc), operation)
+            .try_into()
+            .expect("the AdamW operation's three outputs")
+    }
+
+    fn recurrence_supports(cell: Cell, batch: usize, hidden: usize, device: &Self::Device) -> bool {
+        B::recurrence_supports(cell, batch, hidden, device)
+    }
+
+    fn recurrence_forward(
+        cell: Cell,
+        projected: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        reverse: bool,
+        record: bool,
+    ) -> (FloatTensor<Self>, Option<RecurrenceTape<FloatTensor<Self>>>) {
+        let client = projected.client.clone();
+        let [batch, seq, _] = projected.shape().dims::<3>();
+        let hidden = weight.shape().dims::<2>()[0];
+        let dtype = projected.dtype;
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, dtype);
+        let mut outputs = vec![out(Shape::new([batch, seq, hidden]))];
+        if record {
+            outputs.push(out(Shape::new([batch, seq, taped(cell == Cell::Lstm) * hidden])));
+            outputs.push(out(Shape::new([batch, seq, hidden])));
+        }
+        let streams = OperationStreams::with_inputs([&projected, &weight, &bias]);
+        let kept_weight = record.then(|| weight.clone());
+        let desc = CustomOpIr::new(
+            "tandem_recurrence_forward",
+            &[projected.into_ir(), weight.into_ir(), bias.into_ir()],
+            &outputs,
+        );
+        let operation = Forward::<B> { desc: desc.clone(), cell, reverse, _backend: PhantomData };
+        let mut tensors = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        let hidden_states = tensors.next().expect("the forward operation's first output");
+        let tape = kept_weight.map(|weight| RecurrenceTape {
+            cell,
+            reverse,
+            weight,
+            values: tensors.next().expect("the tape's values"),
+            previous: tensors.next().expect("the tape's starting states"),
+        });
+        (hidden_states, tape)
+    }
+
+    fn recurrence_backward(
+        tape: RecurrenceTape<FloatTensor<Self>>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let client = grad.client.clone();
+        let [batch, seq, hidden] = grad.shape().dims::<3>();
+        let width = tape.cell.gates() * hidden;
+        let dtype: DType = grad.dtype;
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, dtype);
+        let outputs =
+            [out(Shape::new([batch, seq, width])), out(Shape::new([hidden, width])), out(Shape::new([width]))];
+        let streams = OperationStreams::with_inputs([&grad, &tape.weight, &tape.values, &tape.previous]);
+        let inputs = [grad.into_ir(), tape.weight.into_ir(), tape.values.into_ir(), tape.previous.into_ir()];
+        let desc = CustomOpIr::new("tandem_recurrence_backward", &inputs, &outputs);
+        let operation =
+            Backward::<B> { desc: desc.clone(), cell: tape.cell, reverse: tape.reverse, _backend: PhantomData };
+        let [projected, weight, bias]: [FloatTensor<Self>; 3] = client
+            .register(streams, OperationIr::Custom(desc), operation)
+            .try_into()
+            .expect("the backward operation's three outputs");
+        (projected, weight, bias)
+    }
+}
