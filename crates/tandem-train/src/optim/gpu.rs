@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::Tensor;
 
 use super::HostAdamW;
@@ -67,27 +68,43 @@ pub(super) fn squared_norm_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
 ) -> Tensor<B::InnerBackend, 1> {
-    let mut visitor = Gradients::<B::InnerBackend> { grads, all: Vec::new() };
-    module.visit(&mut visitor);
-    if let Some(sum) = tandem_models::squared_sum(visitor.all.iter().map(|(g, _)| g.clone()).collect()) {
-        return sum;
-    }
-    let squares = visitor.all.into_iter().map(|(_, squares)| squares());
-    squares.reduce(|total, s| total + s).unwrap_or_else(|| zero(module))
+    let mut gradients = Gradients::<B::InnerBackend> { grads, all: Vec::new() };
+    module.visit(&mut gradients);
+    tandem_models::squared_sum(gradients.all).unwrap_or_else(|| {
+        let mut squares = SquaredSum::<B::InnerBackend> { grads, total: None };
+        module.visit(&mut squares);
+        squares.total.unwrap_or_else(|| zero(module))
+    })
 }
 
-/// Every gradient of a module, as a float primitive and as the sum of its squares on demand.
+/// Every gradient of a module, as float primitives (of any rank).
 struct Gradients<'a, I: Backend> {
     grads: &'a GradientsParams,
-    #[allow(clippy::type_complexity)]
-    all: Vec<(burn::tensor::ops::FloatTensor<I>, Box<dyn FnOnce() -> Tensor<I, 1>>)>,
+    all: Vec<FloatTensor<I>>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Gradients<'_, B::InnerBackend> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
-            let primitive = g.clone().into_primitive().tensor();
-            self.all.push((primitive, Box::new(move || g.square().sum())));
+            self.all.push(g.into_primitive().tensor());
+        }
+    }
+}
+
+/// The sum of every gradient's squared values as tensor operations.
+struct SquaredSum<'a, I: Backend> {
+    grads: &'a GradientsParams,
+    total: Option<Tensor<I, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredSum<'_, B::InnerBackend> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
+            let squares = g.square().sum();
+            self.total = Some(match self.total.take() {
+                Some(total) => total + squares,
+                None => squares,
+            });
         }
     }
 }
