@@ -303,10 +303,10 @@ fn dispatch(command: Command) -> Result<(), String> {
                 println!("  {}", a.name());
             }
             println!("strategies:");
-            println!("  sequential      one model on one device");
-            println!("  data-parallel   replicas on several devices, gradients averaged by all-reduce");
-            println!("  model-parallel  stages on several devices; schedules naive, gpipe, 1f1b");
-            println!("  predictive-sync model parallel that skips most exchanges, predicting each stage's parameters");
+            for (kind, meaning) in tandem_experiment::manifest::reference::strategy_kinds() {
+                println!("  {kind:<16}{meaning}");
+            }
+            println!("pipeline schedules: {}", tandem_experiment::manifest::reference::schedules().join(", "));
             Ok(())
         }
         Command::Manifest { command: ManifestCommand::Reference } => {

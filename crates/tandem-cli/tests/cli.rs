@@ -12,6 +12,10 @@ fn list_names_the_compiled_backends() {
     for arch in ["cnn", "lstm", "gru", "transformer"] {
         assert!(stdout.contains(arch));
     }
+    for kind in ["sequential", "data-parallel", "model-parallel", "predictive-sync", "local-learning"] {
+        assert!(stdout.contains(&format!("\n  {kind} ")), "{kind} missing:\n{stdout}");
+    }
+    assert!(stdout.contains("pipeline schedules: naive, gpipe, 1f1b, interleaved-1f1b"), "{stdout}");
 }
 
 #[test]

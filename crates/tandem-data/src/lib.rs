@@ -1,5 +1,5 @@
 //! AG News data for Tandem: CSV reading, tokenization and vocabulary, seeded stratified splits,
-//! Burn batches, data-directory checks and downloading.
+//! Burn batches, data-directory checks and (feature `fetch`) downloading.
 //!
 //! The data directory holds `test.csv` (the official test split) and optionally `train.csv`.
 //! With both, the published train/test split is used; with only `test.csv`, a stratified,
@@ -10,6 +10,7 @@ pub mod check;
 pub mod csv;
 pub mod dir;
 pub mod error;
+#[cfg(feature = "fetch")]
 pub mod fetch;
 pub mod split;
 pub mod text;
@@ -23,6 +24,7 @@ pub use dir::{
     TRAIN_MD5, TRAIN_ROWS,
 };
 pub use error::DataError;
+#[cfg(feature = "fetch")]
 pub use fetch::{fetch, fetch_with, FetchOptions, FetchReport, DEFAULT_ARCHIVE_URL};
 pub use split::{
     load_splits, load_splits_with, stratified_split, stratified_subset, thousands, SplitConfig, SplitMode, Splits,

@@ -37,11 +37,25 @@ pub struct Vocab {
 struct VocabFile {
     format: String,
     version: u32,
+    /// CRC-32 of the tokens (version 2 on; version 1 files have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checksum: Option<String>,
     tokens: Vec<String>,
 }
 
 const FILE_FORMAT: &str = "tandem-vocab";
-const FILE_VERSION: u32 = 1;
+/// Version 2 adds the tokens' checksum; version 1 files are still read.
+const FILE_VERSION: u32 = 2;
+
+/// `crc32:` and the CRC-32, in hex, of every token's length (u64, little endian) and bytes.
+fn tokens_checksum(tokens: &[String]) -> String {
+    let mut hasher = crc32fast::Hasher::new();
+    for token in tokens {
+        hasher.update(&(token.len() as u64).to_le_bytes());
+        hasher.update(token.as_bytes());
+    }
+    format!("crc32:{:08x}", hasher.finalize())
+}
 
 impl Vocab {
     /// Id of the padding token `<pad>`.
@@ -135,7 +149,12 @@ impl Vocab {
     /// Writes the vocabulary as JSON, atomically (a temporary file in the same directory is
     /// renamed over `path`). Creates the parent directory if needed.
     pub fn save(&self, path: &Path) -> Result<(), DataError> {
-        let file = VocabFile { format: FILE_FORMAT.to_string(), version: FILE_VERSION, tokens: self.tokens.clone() };
+        let file = VocabFile {
+            format: FILE_FORMAT.to_string(),
+            version: FILE_VERSION,
+            checksum: Some(tokens_checksum(&self.tokens)),
+            tokens: self.tokens.clone(),
+        };
         let json = serde_json::to_vec_pretty(&file)
             .map_err(|e| DataError::Vocab { path: path.to_path_buf(), message: format!("cannot serialize: {e}") })?;
         write_atomic(path, &json)
@@ -146,11 +165,23 @@ impl Vocab {
         let bytes = std::fs::read(path).map_err(|e| DataError::io(path, "cannot read", e))?;
         let invalid = |message: String| DataError::Vocab { path: path.to_path_buf(), message };
         let file: VocabFile = serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
-        if file.format != FILE_FORMAT || file.version != FILE_VERSION {
+        if file.format != FILE_FORMAT || !(1..=FILE_VERSION).contains(&file.version) {
             return Err(invalid(format!(
-                "unsupported format {:?} version {} (expected {FILE_FORMAT:?} version {FILE_VERSION})",
+                "unsupported format {:?} version {} (expected {FILE_FORMAT:?} version 1 to {FILE_VERSION})",
                 file.format, file.version
             )));
+        }
+        let expected = tokens_checksum(&file.tokens);
+        match (file.version, &file.checksum) {
+            (1, _) => {}
+            (_, Some(checksum)) if *checksum == expected => {}
+            (_, Some(checksum)) => {
+                return Err(invalid(format!(
+                    "its tokens differ from what was written (checksum {expected}, recorded {checksum}); \
+                     restore it from a copy or train the run again"
+                )))
+            }
+            (_, None) => return Err(invalid("`checksum` is missing".to_string())),
         }
         if file.tokens.first().map(String::as_str) != Some(Self::PAD_TOKEN)
             || file.tokens.get(1).map(String::as_str) != Some(Self::UNK_TOKEN)
@@ -291,5 +322,23 @@ mod tests {
         std::fs::write(&bad, r#"{"format":"tandem-vocab","version":1,"tokens":["<pad>","<unk>","x","x"]}"#).unwrap();
         let msg = Vocab::load(&bad).unwrap_err().to_string();
         assert!(msg.contains("duplicate"), "{msg}");
+    }
+
+    #[test]
+    fn a_changed_token_is_detected_and_version_1_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vocab.json");
+        let vocab = Vocab::build(TEXTS, &cfg(100, 1));
+        vocab.save(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // One flipped bit in a token: `"cat"` becomes `"bat"`.
+        std::fs::write(&path, text.replace("\"cat\"", "\"bat\"")).unwrap();
+        let msg = Vocab::load(&path).unwrap_err().to_string();
+        assert!(msg.contains("vocab.json") && msg.contains("checksum"), "{msg}");
+        std::fs::write(&path, text.replace("\"checksum\"", "\"sum\"")).unwrap();
+        assert!(Vocab::load(&path).unwrap_err().to_string().contains("`checksum` is missing"));
+        let version_1 = r#"{"format":"tandem-vocab","version":1,"tokens":["<pad>","<unk>","cat"]}"#;
+        std::fs::write(&path, version_1).unwrap();
+        assert_eq!(Vocab::load(&path).unwrap().tokens(), ["<pad>", "<unk>", "cat"]);
     }
 }

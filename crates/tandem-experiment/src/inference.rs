@@ -9,7 +9,6 @@
 use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::record::{BinFileRecorder, FullPrecisionSettings};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 use tandem_data::{Encoded, Sample, Vocab, CLASS_NAMES, NUM_CLASSES};
@@ -79,6 +78,7 @@ impl TrainedRun {
                 ));
             }
         }
+        check_manifest_hash(dir, &manifest_path)?;
         let manifest = Manifest::load(&manifest_path)
             .map_err(|e| InferenceError { path: manifest_path.clone(), message: e.to_string() })?;
         if manifest.models.len() != 1 {
@@ -200,6 +200,24 @@ fn probabilities<B: Backend>(
     Ok(rows)
 }
 
+/// Checks `manifest.toml` against the hash `summary.json` recorded of it (where a summary with
+/// one exists): the resolved manifest says how texts are encoded and the model built, so one
+/// changed after training would predict from other settings without a word.
+fn check_manifest_hash(dir: &Path, manifest_path: &Path) -> Result<(), InferenceError> {
+    let summary = tandem_results::read_run(dir).summary;
+    let Some(recorded) = summary.and_then(|s| s.manifest_hash) else { return Ok(()) };
+    let text = std::fs::read_to_string(manifest_path)
+        .map_err(|e| InferenceError::new(manifest_path, format!("cannot read it: {e}")))?;
+    match crate::results::manifest_hash(&text) == recorded {
+        true => Ok(()),
+        false => Err(InferenceError::new(
+            manifest_path,
+            "differs from the manifest the run was trained with (summary.json records another `manifest_hash`); \
+             restore it from a copy or train the run again",
+        )),
+    }
+}
+
 /// Builds the manifest's model for the run's vocabulary and loads `model.bin` into it, checking
 /// that every parameter has the shape the manifest's architecture gives it.
 fn load_model<B: Backend>(run: &TrainedRun, device: &B::Device) -> Result<Classifier<B>, InferenceError> {
@@ -216,9 +234,16 @@ fn load_model<B: Backend>(run: &TrainedRun, device: &B::Device) -> Result<Classi
     let input = InputSpec { vocab_size: run.vocab.len(), max_len: run.manifest.data.max_len, num_classes: NUM_CLASSES };
     let fresh: Classifier<B> = run.model().config.init(&input, device);
     let expected = shapes(&fresh);
-    let recorder = BinFileRecorder::<FullPrecisionSettings>::new();
-    let record = burn::record::Recorder::<B>::load(&recorder, run.dir.join("model"), device)
-        .map_err(|e| mismatch(format!("cannot read it as its parameters ({e})")))?;
+    let (bytes, sealed) = tandem_results::read_sealed(&path).map_err(|e| InferenceError {
+        message: format!("{e}; train the run again (`tandem run --fresh`) or restore model.bin from a copy"),
+        path: path.clone(),
+    })?;
+    let record = tandem_train::checkpoint::load_record_bytes(&bytes, device).map_err(|e| match sealed {
+        true => mismatch(format!("cannot read it as its parameters ({e})")),
+        false => {
+            mismatch(format!("cannot read it as its parameters: written without a checksum, it may be damaged ({e})"))
+        }
+    })?;
     // Burn asserts (panics) when a record's structure differs from the module's.
     let previous_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));

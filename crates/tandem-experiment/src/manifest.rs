@@ -13,6 +13,7 @@ use tandem_sync::{LocalLearningConfig, PredictiveSyncConfig};
 use tandem_train::TrainConfig;
 
 use crate::backend::BackendKind;
+use crate::overrides::Override;
 
 mod checks;
 pub mod reference;
@@ -254,6 +255,10 @@ pub struct Manifest {
     /// Where the manifest was read from (relative data paths resolve against it).
     #[serde(skip)]
     pub source: PathBuf,
+    /// The `--set` overrides applied to the file, each with the dotted path it set, so that
+    /// [`Manifest::check_paths`] names them too.
+    #[serde(skip)]
+    pub(crate) overrides: Vec<(String, Override)>,
 }
 
 /// The first parsing pass: every section but the model entries, with line-numbered errors.
@@ -288,7 +293,8 @@ impl Manifest {
     }
 
     /// The checks of [`Manifest::load_and_check_paths`] on a manifest already read; errors
-    /// give the line in the manifest file where the key is written there.
+    /// give the line in the manifest file where the key is written there, or the `--set` that
+    /// set it.
     pub fn check_paths(&self) -> Result<(), ManifestError> {
         let (manifest, path) = (self, self.source.as_path());
         let dir = manifest.data_dir();
@@ -316,21 +322,36 @@ impl Manifest {
         };
         if let Some(problem) = problem {
             let text = read(path)?;
-            let spans = Spans::parse(&text).map_err(|message| ManifestError { path: path.into(), message })?;
-            return Err(located(&spans, problem, path));
+            let file = Spans::parse(&text).map_err(|message| ManifestError { path: path.into(), message })?;
+            let origin = Origin { file, overrides: &self.overrides };
+            return Err(located(&origin.file, problem, path, Some(&origin)).error);
         }
         Ok(())
     }
 
     /// Parses and validates manifest text; `path` is used in messages and for relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ManifestError> {
-        let err = |message: String| ManifestError { path: path.to_path_buf(), message };
+        Self::parse_from(text, path, None).map_err(|failure| failure.error)
+    }
+
+    /// [`Manifest::parse`], with errors placed by `origin` when the text is a file rewritten
+    /// with `--set` overrides.
+    pub(crate) fn parse_from(text: &str, path: &Path, origin: Option<&Origin>) -> Result<Self, Failure> {
+        let err = |message: String| Failure::from(ManifestError { path: path.to_path_buf(), message });
         let spans = Spans::parse(text).map_err(err)?;
-        if let Some((field, value, line)) = spans.first_non_finite_float() {
-            return Err(err(format!("{field} (line {line}): must be a finite number, got {value}")));
+        let located = |problem: Problem| located(&spans, problem, path, origin);
+        if let Some((field, value)) = spans.first_non_finite_float() {
+            return Err(located(Problem::new(field, format!("must be a finite number, got {value}"))));
         }
         let doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string()))?;
-        let raw: RawManifest = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let raw: RawManifest = toml::from_str(text).map_err(|e| {
+            // toml's message quotes the text parsed by line: with overrides, a text the user never
+            // saw, so the problem is placed by its field instead.
+            match (origin, e.span().and_then(|span| spans.path_at(span.start))) {
+                (Some(_), Some(field)) => located(Problem::new(field, e.message())),
+                _ => err(e.to_string().trim_end().to_string()),
+            }
+        })?;
         let global_train = doc.get("train").and_then(|t| t.as_table()).cloned().unwrap_or_default();
         let models = raw
             .models
@@ -338,7 +359,7 @@ impl Manifest {
             .enumerate()
             .map(|(i, table)| model_entry(table, &global_train, &format!("models[{i}]")))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|problem| located(&spans, problem, path))?;
+            .map_err(located)?;
         let single_strategy = raw.strategy.is_some();
         let strategy_path =
             |i: usize| if single_strategy { "strategy".to_string() } else { format!("strategies[{i}]") };
@@ -353,7 +374,7 @@ impl Manifest {
             .enumerate()
             .map(|(i, table)| strategy_entry(table, &strategy_path(i)))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|problem| located(&spans, problem, path))?;
+            .map_err(located)?;
         let manifest = Manifest {
             experiment: raw.experiment,
             data: raw.data,
@@ -361,12 +382,13 @@ impl Manifest {
             models,
             cluster: raw.cluster,
             source: path.to_path_buf(),
+            overrides: Vec::new(),
         };
         raw.train
             .validate()
             .map_err(|m| Problem::nested("train", &m))
             .and_then(|()| checks::check(&manifest, &strategy_path))
-            .map_err(|problem| located(&spans, problem, path))?;
+            .map_err(located)?;
         Ok(manifest)
     }
 
@@ -404,10 +426,50 @@ fn read(path: &Path) -> Result<String, ManifestError> {
         .map_err(|e| ManifestError { path: path.to_path_buf(), message: format!("cannot read the manifest: {e}") })
 }
 
+/// Where a manifest read with `--set` overrides came from: parsed as one document rewritten from
+/// both, its errors name the override that sets their field, or else the line of the file.
+pub(crate) struct Origin<'a> {
+    /// The manifest file as written.
+    file: Spans<'a>,
+    /// Each override with the dotted path it sets (`models[0].train.epochs`).
+    overrides: &'a [(String, Override)],
+}
+
+impl<'a> Origin<'a> {
+    /// The manifest file's text and the overrides applied to it, with their paths.
+    pub(crate) fn new(file: &'a str, overrides: &'a [(String, Override)]) -> Result<Self, String> {
+        Ok(Self { file: Spans::parse(file)?, overrides })
+    }
+
+    /// The override whose value holds `field` (or is inside it, for a problem of the entry a
+    /// key of it was set in).
+    fn setting(&self, field: &str) -> Option<&'a Override> {
+        let within = |inner: &str, outer: &str| {
+            inner.strip_prefix(outer).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        };
+        let set = |at: &&(String, Override)| within(field, &at.0) || within(&at.0, field);
+        self.overrides.iter().rev().find(set).map(|(_, o)| o)
+    }
+}
+
+/// A manifest error, and whether it lies at a field a `--set` override sets.
+pub(crate) struct Failure {
+    pub(crate) error: ManifestError,
+    pub(crate) at_override: bool,
+}
+
+impl From<ManifestError> for Failure {
+    fn from(error: ManifestError) -> Self {
+        Self { error, at_override: false }
+    }
+}
+
 /// The error for `problem`, at the first of its fields the manifest writes, with that line. When
 /// none is written (a serde error names a key or value, not where it is), at the first key or
-/// string value under the nearest written table that the message names in backticks.
-fn located(spans: &Spans, problem: Problem, path: &Path) -> ManifestError {
+/// string value under the nearest written table that the message names in backticks. With an
+/// `origin`, `spans` are the rewritten document's: the field is named with the override that
+/// sets it, else with its line in the file.
+fn located(spans: &Spans, problem: Problem, path: &Path, origin: Option<&Origin>) -> Failure {
     let named = || {
         let name = problem.message.split('`').nth(1)?;
         spans.find(&spans.written_prefix(&problem.fields[0]), name)
@@ -420,11 +482,14 @@ fn located(spans: &Spans, problem: Problem, path: &Path) -> ManifestError {
         .or_else(named)
         .unwrap_or_else(|| problem.fields[0].clone());
     let field = &field;
-    let message = match spans.line(field) {
-        Some(line) => format!("{field} (line {line}): {}", problem.message),
-        None => format!("{field}: {}", problem.message),
+    let setting = origin.and_then(|o| o.setting(field));
+    let lines = origin.map_or(spans, |o| &o.file);
+    let message = match (setting, lines.line(field)) {
+        (Some(setting), _) => format!("{setting}: {field}: {}", problem.message),
+        (None, Some(line)) => format!("{field} (line {line}): {}", problem.message),
+        (None, None) => format!("{field}: {}", problem.message),
     };
-    ManifestError { path: path.to_path_buf(), message }
+    Failure { error: ManifestError { path: path.to_path_buf(), message }, at_override: setting.is_some() }
 }
 
 /// Builds model entry `path` from its raw table: `name`, an optional `train` override table,
@@ -442,20 +507,55 @@ fn model_entry(mut table: toml::Table, global_train: &toml::Table, path: &str) -
         Some(_) => return Err(named(Problem::new(format!("{path}.train"), "must be a table of [train] overrides"))),
         None => {}
     }
-    let train: TrainConfig = toml::Value::Table(train)
-        .try_into()
-        .map_err(|e| named(Problem::nested(&format!("{path}.train"), &one_line(e))))?;
-    let config: ModelConfig =
-        toml::Value::Table(table).try_into().map_err(|e| named(Problem::nested(path, &one_line(e))))?;
+    let train_path = format!("{path}.train");
+    let train: TrainConfig = deserialize(&train, &train_path).map_err(|problem| {
+        // A key the entry does not override is written in `[train]`.
+        let global = problem.fields[0].replacen(&train_path, "train", 1);
+        named(problem).or_at(global)
+    })?;
+    let config: ModelConfig = deserialize(&table, path).map_err(named)?;
     Ok(ModelEntry { name, config, train })
 }
 
 /// Builds strategy `path` from its raw table.
 fn strategy_entry(table: toml::Table, path: &str) -> Result<StrategyConfig, Problem> {
-    let strategy: StrategyConfig =
-        toml::Value::Table(table.clone()).try_into().map_err(|e| Problem::nested(path, &one_line(e)))?;
+    let strategy: StrategyConfig = deserialize(&table, path)?;
     checks::check_no_ignored_keys(&table, &strategy, path)?;
     Ok(strategy)
+}
+
+/// `table`, written at `path`, as a `T`. serde's message names the field for an unknown or
+/// missing key but not for a value of the wrong type (`embedding_dim = 16.5`), nor anything
+/// inside an internally tagged enum (models, strategies): the problem is then placed at the key
+/// [`culprit`] finds, before the place the message suggests.
+fn deserialize<T: serde::de::DeserializeOwned>(table: &toml::Table, path: &str) -> Result<T, Problem> {
+    toml::Value::Table(table.clone()).try_into().map_err(|e| {
+        let problem = Problem::nested(path, &one_line(e));
+        match culprit::<T>(table) {
+            Some(key) => Problem { fields: vec![format!("{path}.{key}")], ..problem }.or_at(problem.fields[0].clone()),
+            None => problem,
+        }
+    })
+}
+
+/// The dotted path of the one key (searched depth-first, inner tables included) without which
+/// `table` deserializes as a `T`: the field a deserialization error is about. `None` when no
+/// single key is to blame (a missing key, an unknown `kind`, two wrong values).
+fn culprit<T: serde::de::DeserializeOwned>(table: &toml::Table) -> Option<String> {
+    fn search<T: serde::de::DeserializeOwned>(root: &toml::Table, at: &[String], here: &toml::Table) -> Option<String> {
+        here.iter().find_map(|(key, value)| {
+            let path = [at, std::slice::from_ref(key)].concat();
+            let mut without = root.clone();
+            let parent = path[..path.len() - 1]
+                .iter()
+                .try_fold(&mut without, |t, k| t.get_mut(k).and_then(toml::Value::as_table_mut))?;
+            parent.remove(key);
+            toml::Value::Table(without).try_into::<T>().ok()?;
+            let inner = value.as_table().and_then(|inner| search::<T>(root, &path, inner));
+            Some(inner.unwrap_or_else(|| path.join(".")))
+        })
+    }
+    search::<T>(table, &[], table)
 }
 
 fn one_line(e: toml::de::Error) -> String {

@@ -7,6 +7,22 @@ use tandem_models::{InputSpec, ModelConfig};
 /// Largest training state `tandem validate` accepts for one model: 64 GiB.
 pub const MAX_TRAINING_BYTES: u128 = 64 << 30;
 
+/// Longest sequence (`[data] max_len`, in tokens) a manifest may ask for.
+///
+/// Every text is truncated or padded to `max_len` and every model computes over the padding:
+/// the recurrent layers step through each position, the Transformer's attention is quadratic in
+/// it and its position table has `max_len` rows. AG News texts, a headline and a short
+/// description, are far shorter than this, so a longer limit would only add padding. Memory:
+/// the encoded dataset, `rows × max_len` token ids of 4 bytes allocated whole before training,
+/// stays under 2 GiB at this limit for all of AG News (asserted below), and a padded batch (its
+/// ids and mask) holds at most the dataset's rows. The GPU recurrent kernels are tested up to
+/// 512 steps; they loop over the steps and their shape plan depends only on the batch and the
+/// hidden size, so a longer sequence runs the same code, on a GPU as on the CPU.
+pub const MAX_SEQUENCE_LEN: usize = 4096;
+
+// All of AG News, encoded at the longest sequence as 4-byte token ids, stays under 2 GiB.
+const _: () = assert!((tandem_data::TRAIN_ROWS + tandem_data::TEST_ROWS) * MAX_SEQUENCE_LEN * 4 < 2 << 30);
+
 /// Bytes per parameter while training: weights, gradients and Adam's two moments, 4 bytes each.
 const BYTES_PER_PARAMETER: u128 = 4 * 4;
 

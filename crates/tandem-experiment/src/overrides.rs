@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 use toml::{Table, Value};
 
-use crate::manifest::{Manifest, ManifestError};
+use crate::manifest::{Manifest, ManifestError, Origin};
 
 /// One `key.path=value` setting.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,27 +62,37 @@ pub fn apply_overrides(text: &str, overrides: &[Override]) -> Result<String, Str
     if overrides.is_empty() {
         return Ok(text.to_string());
     }
-    let mut doc: Table = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
-    for o in overrides {
-        set(&mut doc, &o.path, o.value.clone()).map_err(|m| format!("{o}: {m}"))?;
-    }
-    toml::to_string(&doc).map_err(|e| format!("cannot write the manifest back as TOML: {e}"))
+    applied(text, overrides).map(|(text, _)| text)
 }
 
-/// Sets `path` in `table` to `value`, creating missing tables on the way.
-fn set(table: &mut Table, path: &[String], value: Value) -> Result<(), String> {
+/// [`apply_overrides`], with the dotted path each override set, as manifest errors name fields
+/// (`models.cnn.train.epochs` → `models[0].train.epochs`).
+fn applied(text: &str, overrides: &[Override]) -> Result<(String, Vec<String>), String> {
+    let mut doc: Table = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+    let paths = overrides
+        .iter()
+        .map(|o| set(&mut doc, &o.path, o.value.clone()).map_err(|m| format!("{o}: {m}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let text = toml::to_string(&doc).map_err(|e| format!("cannot write the manifest back as TOML: {e}"))?;
+    Ok((text, paths))
+}
+
+/// Sets `path` in `table` to `value`, creating missing tables on the way; returns the dotted
+/// path set.
+fn set(table: &mut Table, path: &[String], value: Value) -> Result<String, String> {
     let (key, rest) = path.split_first().expect("an override path has at least one segment");
     if rest.is_empty() {
         table.insert(key.clone(), value);
-        return Ok(());
+        return Ok(key.clone());
     }
     let slot = table.entry(key.clone()).or_insert_with(|| Value::Table(Table::new()));
-    set_in(slot, key, rest, value)
+    set_in(slot, key, rest, value).map(|below| format!("{key}{below}"))
 }
 
-fn set_in(slot: &mut Value, key: &str, rest: &[String], value: Value) -> Result<(), String> {
+/// Sets `rest` under `slot` (the value at `key`); returns the path below `key` (`.a`, `[0].b`).
+fn set_in(slot: &mut Value, key: &str, rest: &[String], value: Value) -> Result<String, String> {
     match slot {
-        Value::Table(inner) => set(inner, rest, value),
+        Value::Table(inner) => set(inner, rest, value).map(|below| format!(".{below}")),
         Value::Array(entries) => {
             let pick = &rest[0];
             let index = match pick.parse::<usize>() {
@@ -95,41 +105,45 @@ fn set_in(slot: &mut Value, key: &str, rest: &[String], value: Value) -> Result<
             };
             if rest.len() == 1 {
                 entries[index] = value;
-                return Ok(());
+                return Ok(format!("[{index}]"));
             }
-            set_in(&mut entries[index], &format!("{key}.{pick}"), &rest[1..], value)
+            let below = set_in(&mut entries[index], &format!("{key}.{pick}"), &rest[1..], value)?;
+            Ok(format!("[{index}]{below}"))
         }
         _ => Err(format!("`{key}` is a single value, not a table: it has no `{}`", rest[0])),
     }
 }
 
 impl Manifest {
-    /// Reads a manifest file with `overrides` applied (see [`apply_overrides`]). A manifest that
-    /// is valid on its own but not with the overrides gets an error naming the `--set` at fault.
+    /// Reads a manifest file with `overrides` applied (see [`apply_overrides`]). An error at a
+    /// field an override sets names that `--set` (the rewritten document's lines are no line of
+    /// the file); one elsewhere gives its line in the file, and, when the file is valid on its
+    /// own, the overrides that make it fail.
     pub fn load_with(path: &Path, overrides: &[Override]) -> Result<Self, ManifestError> {
         if overrides.is_empty() {
             return Self::load(path);
         }
         let err = |message: String| ManifestError { path: path.to_path_buf(), message };
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the manifest: {e}")))?;
-        let changed = apply_overrides(&text, overrides).map_err(err)?;
-        match Self::parse(&changed, path) {
-            Ok(manifest) => Ok(manifest),
-            Err(e) if Self::parse(&text, path).is_err() => Err(e),
-            Err(e) => {
-                let culprits: Vec<String> = overrides
-                    .iter()
-                    .filter(|o| {
-                        apply_overrides(&text, std::slice::from_ref(o))
-                            .is_ok_and(|alone| Self::parse(&alone, path).is_err())
-                    })
-                    .map(ToString::to_string)
-                    .collect();
-                let from =
-                    if culprits.is_empty() { "the --set overrides together".to_string() } else { culprits.join(", ") };
-                Err(err(format!("{from}: {}", e.message)))
-            }
+        let (changed, paths) = applied(&text, overrides).map_err(err)?;
+        let set: Vec<(String, Override)> = paths.into_iter().zip(overrides.iter().cloned()).collect();
+        let origin = Origin::new(&text, &set).map_err(err)?;
+        let failure = match Self::parse_from(&changed, path, Some(&origin)) {
+            Ok(manifest) => return Ok(Self { overrides: set, ..manifest }),
+            Err(failure) => failure,
+        };
+        if failure.at_override || Self::parse(&text, path).is_err() {
+            return Err(failure.error);
         }
+        let culprits: Vec<String> = overrides
+            .iter()
+            .filter(|o| {
+                apply_overrides(&text, std::slice::from_ref(o)).is_ok_and(|alone| Self::parse(&alone, path).is_err())
+            })
+            .map(ToString::to_string)
+            .collect();
+        let from = if culprits.is_empty() { "the --set overrides together".to_string() } else { culprits.join(", ") };
+        Err(err(format!("{from}: {}", failure.error.message)))
     }
 }
 

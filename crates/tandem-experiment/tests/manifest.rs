@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use tandem_experiment::{BackendKind, Manifest};
+use tandem_experiment::runner::RunError;
+use tandem_experiment::{BackendKind, Manifest, Override};
 use tandem_models::ModelConfig;
 
 const MINIMAL: &str = r#"
@@ -416,4 +417,118 @@ fn local_learning_and_compression_settings_are_read_and_checked() {
     let sync =
         format!("{MINIMAL}\n[[strategies]]\nkind = \"predictive-sync\"\ntrigger = {{ kind = \"local-loss\" }}\n");
     assert!(error_of(&sync).contains("local-loss"));
+}
+
+/// `tandem validate FILE --set …`'s reading of `text` written to a file, as the error message.
+fn error_with_sets(text: &str, sets: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.toml");
+    std::fs::write(&path, text).unwrap();
+    let sets: Vec<Override> = sets.iter().map(|s| s.parse().unwrap()).collect();
+    let e = Manifest::load_with(&path, &sets).unwrap_err().to_string();
+    assert!(e.contains("demo.toml"), "{e}");
+    e
+}
+
+#[test]
+fn epochs_and_sequence_lengths_past_their_limits_are_refused() {
+    let e = assert_names(&MINIMAL.replace("epochs = 3", "epochs = 1000000000000"), "train.epochs", "epochs = ");
+    assert!(e.contains("at most 100000") && e.contains("epochs.jsonl"), "{e}");
+    let e = assert_names(&MINIMAL.replace("0.01 }", "0.01, epochs = 100001 }"), "models[1].train.epochs", "100001");
+    assert!(e.contains("`lstm`"), "{e}");
+    parse(&MINIMAL.replace("epochs = 3", "epochs = 100000")).expect("the limit itself is allowed");
+    for epochs in ["1000000000000", "1000000000000000000"] {
+        let e = error_with_sets(MINIMAL, &[&format!("train.epochs={epochs}")]);
+        assert!(e.contains(&format!("--set train.epochs={epochs}: train.epochs: `epochs` must be at most")), "{e}");
+    }
+
+    let e = assert_names(&format!("{MINIMAL}\n[data]\nmax_len = 4097\n"), "data.max_len", "max_len");
+    assert!(e.contains("at most 4096") && e.contains("4097"), "{e}");
+    parse(&format!("{MINIMAL}\n[data]\nmax_len = 4096\n")).expect("the limit itself is allowed");
+    let e = error_with_sets(MINIMAL, &["data.max_len=100000000"]);
+    assert!(e.contains("--set data.max_len=100000000: data.max_len: must be at most 4096"), "{e}");
+}
+
+#[test]
+fn more_data_parallel_replicas_than_batch_rows_are_refused() {
+    let dp = |replicas: usize| format!("\n[[strategies]]\nkind = \"data-parallel\"\nreplicas = {replicas}\n");
+    let small = MINIMAL.replace("train = { learning_rate = 0.01 }", "train = { batch_size = 32 }");
+    let text = format!("{small}{}", dp(33));
+    let e = assert_names(&text, "strategies[0].replicas", "replicas = 33");
+    assert!(e.contains("33 replicas exceed the batch size 32 of model `lstm`"), "{e}");
+    parse(&format!("{small}{}", dp(32))).expect("one sample a replica");
+    // In a job, every rank's replicas take a shard.
+    let e = assert_names(&format!("{small}{}\n[cluster]\nranks = 9\n", dp(4)), "strategies[0].replicas", "replicas");
+    assert!(e.contains("4 replicas × 9 ranks = 36 shards"), "{e}");
+    let e = error_with_sets(&format!("{MINIMAL}{}", dp(4)), &["models.lstm.train.batch_size=2"]);
+    assert!(
+        e.contains("--set models.lstm.train.batch_size=2") && e.contains("4 replicas exceed the batch size 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_error_from_a_set_names_the_set_not_a_line() {
+    // At the field the override sets: no line of the file, which does not hold the value.
+    let cases = [
+        ("train.epochs=0", "train.epochs: `epochs` must be at least 1"),
+        ("data.max_len=-1", "data.max_len: invalid value: integer `-1`"),
+        ("train.epocs=3", "train.epocs: unknown field `epocs`"),
+        ("train.learning_rate=nan", "train.learning_rate: must be a finite number"),
+        ("models.lstm.hidden=2.5", "models[1].hidden: model `lstm`: invalid type: floating point `2.5`"),
+        ("models.0.train.batch_size=0", "models[0].train.batch_size: model `cnn`: `batch_size` must be at least 1"),
+        ("strategy.kind=pipeline", "strategy.kind"),
+    ];
+    for (set, expected) in cases {
+        let e = error_with_sets(MINIMAL, &["data.split_seed=7", set]);
+        assert!(e.contains(&format!("--set {set}: {expected}")), "`{set}`: {e}");
+        assert!(!e.contains("(line") && !e.contains("split_seed"), "`{set}`: {e}");
+    }
+    // Elsewhere, the line of the file, and which override made it fail.
+    let e = error_with_sets(MINIMAL, &["data.vocab.max_size=1000000000000"]);
+    let line = line_of(MINIMAL, "name = \"cnn\"") - 1;
+    assert!(e.contains(&format!("--set data.vocab.max_size=1000000000000: models[0] (line {line}): ")), "{e}");
+    // `tandem validate`'s check of the data directory, set from the command line.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.toml");
+    std::fs::write(&path, format!("{MINIMAL}\n[data]\nsplit_seed = 3\n")).unwrap();
+    let set: Override = "data.dir=nothing-here".parse().unwrap();
+    let e = Manifest::load_with(&path, &[set]).unwrap().check_paths().unwrap_err().to_string();
+    assert!(e.contains("--set data.dir=nothing-here: data.dir: the directory") && !e.contains("(line"), "{e}");
+    // The file's own error keeps its line.
+    let broken = MINIMAL.replace("hidden = 32", "hidden = 0");
+    let e = error_with_sets(&broken, &["train.epochs=2"]);
+    let line = line_of(&broken, "hidden = 0");
+    assert!(e.contains(&format!("models[1].hidden (line {line})")) && !e.contains("--set"), "{e}");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_names_its_field_and_line() {
+    let cases = [
+        (
+            MINIMAL.replace("architecture = \"cnn\"", "architecture = \"cnn\"\nembedding_dim = 16.5"),
+            "models[0].embedding_dim",
+        ),
+        (MINIMAL.replace("hidden = 32", "hidden = \"wide\""), "models[1].hidden"),
+        (MINIMAL.replace("0.01 }", "0.01, epochs = 1.5 }"), "models[1].train.epochs"),
+        (format!("{MINIMAL}\n[strategy]\nkind = \"data-parallel\"\nreplicas = 2.5\n"), "strategy.replicas"),
+        (
+            format!("{MINIMAL}{MODEL_PARALLEL}").replace("micro_batches = 4", "micro_batches = \"fast\""),
+            "strategies[0].micro_batches",
+        ),
+    ];
+    for (text, field) in cases {
+        let at = text.lines().find(|l| ["16.5", "wide", "1.5", "2.5", "fast"].iter().any(|v| l.contains(v))).unwrap();
+        let e = assert_names(&text, field, at);
+        assert!(e.contains("invalid type"), "{e}");
+    }
+}
+
+#[test]
+fn failed_runs_are_counted_in_words_that_fit() {
+    let message = |failed, total| RunError::RunsFailed { failed, total }.to_string();
+    assert_eq!(message(1, 1), "1 of 1 run failed (see its summary.json)");
+    assert_eq!(message(3, 3), "3 of 3 runs failed (see their summary.json)");
+    assert_eq!(message(1, 2), "1 of 2 runs failed (see its summary.json); the other one finished");
+    assert_eq!(message(2, 5), "2 of 5 runs failed (see their summary.json); the others finished");
 }

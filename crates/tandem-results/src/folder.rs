@@ -146,12 +146,11 @@ fn find_run_dirs(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) -> std::io:
 /// Reads one run folder; problems become [`RunState::Unreadable`].
 pub fn read_run(dir: &Path) -> Run {
     let mut run = Run { dir: dir.to_path_buf(), state: RunState::Unfinished, summary: None, epochs: Vec::new() };
-    match read_epochs(&dir.join("epochs.jsonl")) {
-        Ok(epochs) => run.epochs = epochs,
-        Err(message) => {
-            run.state = RunState::Unreadable(message);
-            return run;
-        }
+    let (epochs, problem) = read_epochs(&dir.join("epochs.jsonl"));
+    run.epochs = epochs;
+    if let Some(message) = problem {
+        run.state = RunState::Unreadable(message);
+        return run;
     }
     let path = dir.join("summary.json");
     if !path.is_file() {
@@ -173,18 +172,26 @@ pub fn read_run(dir: &Path) -> Run {
     run
 }
 
-/// The epoch records of `epochs.jsonl` (none if the file does not exist yet).
-fn read_epochs(path: &Path) -> Result<Vec<EpochRecord>, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+/// The epoch records of `epochs.jsonl` (none if the file does not exist yet): those before the
+/// first line that cannot be read, and what is wrong with that line.
+fn read_epochs(path: &Path) -> (Vec<EpochRecord>, Option<String>) {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), None),
+        Err(e) => return (Vec::new(), Some(format!("{}: {e}", path.display()))),
     };
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| parse_record(line).map_err(|e| format!("{} line {}: {e}", path.display(), i + 1)))
-        .collect()
+    let mut records = Vec::new();
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        let parsed = std::str::from_utf8(line).map_err(|e| e.to_string()).and_then(|line| match line.trim() {
+            "" => Ok(None),
+            line => parse_record(line).map(Some).map_err(|e| e.to_string()),
+        });
+        match parsed {
+            Ok(record) => records.extend(record),
+            Err(e) => return (records, Some(format!("{} line {}: {e}", path.display(), i + 1))),
+        }
+    }
+    (records, None)
 }
 
 /// The fields that tell the formats apart: a summary's `format_version` (absent in format 1)

@@ -12,6 +12,7 @@ pub mod folder;
 pub mod legacy;
 pub mod metrics;
 pub mod record;
+pub mod sealed;
 pub mod summary;
 pub mod write;
 
@@ -22,6 +23,7 @@ pub use figures::{
 pub use folder::{find_runs, read_run, FindError, Run, RunState};
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use record::{EpochRecord, StreamPoint};
+pub use sealed::{read_sealed, write_sealed};
 pub use summary::{machine_description, now_utc, ClusterInfo, RankLog, RunStatus, RunSummary};
 pub use write::{write_atomic, write_epochs, write_json};
 

@@ -8,7 +8,7 @@
 //! or not at all; so every part is recorded to bytes and the runner writes the lot atomically.
 
 use burn::module::{Module, ModuleMapper, Param, ParamId};
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder, RecorderError};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 use tandem_models::Classifier;
@@ -49,10 +49,15 @@ impl StateParts {
     /// Reads [`StateParts::to_bytes`]'s buffer back.
     pub fn from_bytes(mut bytes: &[u8]) -> Result<Self, String> {
         let take = |bytes: &mut &[u8]| -> Result<Vec<u8>, String> {
-            let truncated = || "the checkpoint is truncated".to_string();
-            let len = u64::from_le_bytes(bytes.get(..8).ok_or_else(truncated)?.try_into().unwrap()) as usize;
-            let chunk = bytes.get(8..8 + len).ok_or_else(truncated)?.to_vec();
-            *bytes = &bytes[8 + len..];
+            // Without a checksum (a file written before them) the cause cannot be told apart.
+            let overrun = || {
+                "the checkpoint is damaged: a part runs past its end (cut short, changed, or with bytes appended)"
+                    .to_string()
+            };
+            let len = u64::from_le_bytes(bytes.get(..8).ok_or_else(overrun)?.try_into().unwrap());
+            let end = usize::try_from(len).ok().and_then(|len| len.checked_add(8)).ok_or_else(overrun)?;
+            let chunk = bytes.get(8..end).ok_or_else(overrun)?.to_vec();
+            *bytes = &bytes[end..];
             Ok(chunk)
         };
         let mut parts = Vec::new();
@@ -68,6 +73,32 @@ fn recorder() -> BinBytesRecorder<FullPrecisionSettings> {
     BinBytesRecorder::default()
 }
 
+/// Reads the bytes of [`recorder`] back, with an error where burn-core 0.21's `BinBytesRecorder`
+/// panics (bytes that are not a whole record: damaged, cut short or with bytes appended).
+#[derive(Clone, Debug, Default)]
+struct CheckedReader;
+
+impl<B: Backend> Recorder<B> for CheckedReader {
+    type Settings = FullPrecisionSettings;
+    type RecordArgs = ();
+    type RecordOutput = Vec<u8>;
+    type LoadArgs = Vec<u8>;
+
+    fn save_item<I: serde::Serialize>(&self, item: I, _: ()) -> Result<Vec<u8>, RecorderError> {
+        bincode::serde::encode_to_vec(item, bincode::config::standard())
+            .map_err(|e| RecorderError::Unknown(e.to_string()))
+    }
+
+    fn load_item<I: serde::de::DeserializeOwned>(&self, bytes: &mut Vec<u8>) -> Result<I, RecorderError> {
+        let (item, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+            .map_err(|e| RecorderError::Unknown(format!("not a whole record: {e}")))?;
+        match read == bytes.len() {
+            true => Ok(item),
+            false => Err(RecorderError::Unknown(format!("{} bytes after the record", bytes.len() - read))),
+        }
+    }
+}
+
 /// `model`'s parameters as Burn's binary record, full precision (the bytes of `model.bin`).
 pub fn model_bytes<B: Backend>(model: &Classifier<B>) -> Result<Vec<u8>, String> {
     Recorder::<B>::record(&recorder(), model.clone().into_record(), ()).map_err(|e| e.to_string())
@@ -79,7 +110,7 @@ pub fn load_model_bytes<B: Backend>(
     bytes: &[u8],
     device: &B::Device,
 ) -> Result<Classifier<B>, String> {
-    let record = Recorder::<B>::load(&recorder(), bytes.to_vec(), device).map_err(|e| e.to_string())?;
+    let record = Recorder::<B>::load(&CheckedReader, bytes.to_vec(), device).map_err(|e| e.to_string())?;
     Ok(model.load_record(record))
 }
 
@@ -93,7 +124,7 @@ pub fn load_record_bytes<B: Backend, R: burn::record::Record<B>>(
     bytes: &[u8],
     device: &B::Device,
 ) -> Result<R, String> {
-    Recorder::<B>::load(&recorder(), bytes.to_vec(), device).map_err(|e| e.to_string())
+    Recorder::<B>::load(&CheckedReader, bytes.to_vec(), device).map_err(|e| e.to_string())
 }
 
 /// Gives every parameter of `model` the id of its place in the model (0, 1, 2… in visiting
@@ -139,5 +170,22 @@ mod tests {
         assert!(back.get("optimizer").unwrap_err().contains("`optimizer`"));
         let bytes = parts.to_bytes();
         assert!(StateParts::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn damaged_model_bytes_are_an_error_not_a_panic() {
+        type Nd = burn::backend::NdArray;
+        let config = tandem_testing::toy_model(tandem_models::Architecture::Gru);
+        let model: Classifier<Nd> = tandem_testing::initial_model(&config, 50);
+        let bytes = model_bytes(&model).unwrap();
+        let fresh = || tandem_testing::initial_model::<Nd>(&config, 50);
+        let device = Default::default();
+        let loaded = load_model_bytes(fresh(), &bytes, &device).unwrap();
+        assert_eq!(model_bytes(&loaded).unwrap(), bytes);
+        let cut = load_model_bytes(fresh(), &bytes[..bytes.len() / 2], &device).err().unwrap();
+        assert!(cut.contains("not a whole record"), "{cut}");
+        let longer = [bytes.as_slice(), &[0, 0, 0]].concat();
+        let appended = load_model_bytes(fresh(), &longer, &device).err().unwrap();
+        assert!(appended.contains("3 bytes after the record"), "{appended}");
     }
 }

@@ -110,10 +110,24 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// Most epochs (stream passes) a run may ask for. Every epoch adds a record that the run keeps
+    /// in memory and rewrites to `epochs.jsonl`, so a run's bookkeeping grows with its epochs
+    /// (the rewriting with their square); and 100,000 epochs over even a small dataset (1,000
+    /// rows) are 10⁸ samples, a day or more of training on a CPU. A larger value is taken for a
+    /// typo (a `--set train.epochs` with digits too many) and refused before anything allocates.
+    pub const MAX_EPOCHS: usize = 100_000;
+
     /// Checks values serde cannot; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         let positive = |name: &str, v: usize| if v == 0 { Err(format!("`{name}` must be at least 1")) } else { Ok(()) };
         positive("epochs", self.epochs)?;
+        if self.epochs > Self::MAX_EPOCHS {
+            return Err(format!(
+                "`epochs` must be at most {} (each epoch keeps a record in memory and in epochs.jsonl), got {}",
+                Self::MAX_EPOCHS,
+                self.epochs
+            ));
+        }
         positive("batch_size", self.batch_size)?;
         positive("eval_batch_size", self.eval_batch_size)?;
         positive("threads", self.threads)?;
@@ -213,7 +227,10 @@ pub enum TrainError {
     Diverged { epoch: usize, loss: f64 },
     #[error("{0}")]
     Strategy(String),
-    #[error("stopped by the caller: {0}")]
+    /// The run stopped before its end: the caller's [`Hooks::on_point`] returned an error (a
+    /// results or checkpoint write that failed, a signal), or [`Hooks::interrupt`] paused it.
+    /// The message is the hook's own, which says what happened.
+    #[error("{0}")]
     Stopped(String),
 }
 
@@ -290,14 +307,16 @@ pub fn train<B: AutodiffBackend>(
     mut start: Start,
 ) -> Result<Vec<EpochRecord>, TrainError> {
     let steps_per_epoch = config.steps_per_epoch(train.len());
-    let total_steps = steps_per_epoch * config.epochs;
-    let mut records = Vec::with_capacity(config.epochs);
+    // Saturating, and records grown as they come, so that an unchecked `epochs` (validation is
+    // the caller's) cannot overflow or reserve memory for epochs that never run.
+    let total_steps = steps_per_epoch.saturating_mul(config.epochs);
+    let mut records = Vec::new();
     let mut point = 0;
     for epoch in 0..config.epochs {
         // A stream replays the order of pass 0.
         let order = tandem_data::epoch_order(train.len(), seed, if config.stream.is_some() { 0 } else { epoch });
         let batches: Vec<Vec<usize>> = tandem_data::batches(&order, config.batch_size).map(<[usize]>::to_vec).collect();
-        let pass_start = epoch * steps_per_epoch;
+        let pass_start = epoch.saturating_mul(steps_per_epoch);
         let every = config.stream.as_ref().map_or(batches.len(), |s| s.eval_every);
         for range in evaluation_ranges(pass_start, batches.len(), every) {
             point += 1;
@@ -337,7 +356,7 @@ pub fn train<B: AutodiffBackend>(
                 (hooks.on_point)(Point::Paused { points_done: point - 1, partial: &partial }, &*strategy)
                     .map_err(TrainError::Stopped)?;
                 return Err(TrainError::Stopped(format!(
-                    "asked to stop after step {} of {} of this point",
+                    "stopped as asked after step {} of {} of this point",
                     partial.stats.steps,
                     range.len()
                 )));

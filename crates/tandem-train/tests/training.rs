@@ -373,3 +373,44 @@ fn a_run_resumed_from_its_state_ends_where_an_uninterrupted_one_does_on_flex() {
 fn a_run_resumed_from_its_state_ends_where_an_uninterrupted_one_does_on_ndarray() {
     resumes_exactly::<Autodiff<NdArray>>();
 }
+
+/// Trains a toy CNN with `cfg` until `on_point` returns an error (or the end).
+fn run_with_hook(
+    cfg: &TrainConfig,
+    on_point: &mut tandem_train::OnPoint<Autodiff<NdArray>>,
+) -> Result<usize, TrainError> {
+    type Nd = Autodiff<NdArray>;
+    let (train_data, holdout, vocab_size) = toy_data();
+    let device = Default::default();
+    let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
+    let mut strategy = Sequential::new(toy_model(Architecture::Cnn).init::<Nd>(&input, &device), cfg, device);
+    let hooks = Hooks { on_batch: &|_| {}, on_point, interrupt: &|| false };
+    train(&mut strategy, cfg, 1, &train_data, &holdout, &device, hooks, Start::default()).map(|r| r.len())
+}
+
+#[test]
+fn a_failing_hook_is_reported_in_its_own_words() {
+    let _serial = serial();
+    let failure = "cannot write results/demo/epochs.jsonl: No space left on device (os error 28)";
+    let err = run_with_hook(&config(2), &mut |_, _| Err(failure.to_string())).unwrap_err();
+    assert!(matches!(err, TrainError::Stopped(_)), "{err:?}");
+    assert_eq!(err.to_string(), failure, "no prefix blaming the caller for an I/O failure");
+}
+
+#[test]
+fn epochs_beyond_the_limit_are_refused_and_never_reserved_for() {
+    let _serial = serial();
+    for epochs in [TrainConfig::MAX_EPOCHS + 1, 1_000_000_000_000, 1_000_000_000_000_000_000] {
+        let e = config(epochs).validate().unwrap_err();
+        assert!(e.contains("`epochs`") && e.contains("at most 100000") && e.contains(&epochs.to_string()), "{e}");
+    }
+    config(TrainConfig::MAX_EPOCHS).validate().unwrap();
+    // Unvalidated, a huge count neither overflows nor reserves memory for epochs that never run.
+    let mut records = 0;
+    let err = run_with_hook(&config(usize::MAX), &mut |_, _| {
+        records += 1;
+        Err("enough".into())
+    })
+    .unwrap_err();
+    assert_eq!((err.to_string(), records), ("enough".to_string(), 1));
+}

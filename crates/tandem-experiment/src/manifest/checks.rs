@@ -7,7 +7,7 @@ use tandem_parallel::{ModelParallelConfig, Schedule};
 
 use super::{Manifest, SequentialConfig, StrategyConfig};
 use crate::backend::DeviceSpec;
-use crate::memory::{gib, parameter_count, training_bytes, MAX_TRAINING_BYTES};
+use crate::memory::{gib, parameter_count, training_bytes, MAX_SEQUENCE_LEN, MAX_TRAINING_BYTES};
 
 /// What is wrong, and the fields it may be written at, best first.
 pub(super) struct Problem {
@@ -33,8 +33,10 @@ impl Problem {
             field = format!("{field}.{head}");
             rest = tail;
         }
+        // A field's name, not a value such as `16.5` that serde quotes the same way.
         let named = rest.split('`').nth(1).filter(|name| {
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.".contains(c))
+            name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.".contains(c))
         });
         if let Some(name) = named {
             field = format!("{field}.{name}");
@@ -43,7 +45,7 @@ impl Problem {
     }
 
     /// The same problem, also looked for at `field` when the first place is not written.
-    fn or_at(mut self, field: String) -> Self {
+    pub(super) fn or_at(mut self, field: String) -> Self {
         self.fields.push(field);
         self
     }
@@ -91,6 +93,7 @@ pub(super) fn check(m: &Manifest, strategy_path: &dyn Fn(usize) -> String) -> Re
     check_models(m)?;
     for (i, strategy) in m.strategies.iter().enumerate() {
         check_stages(m, strategy, &strategy_path(i))?;
+        check_shards(m, strategy, &strategy_path(i))?;
     }
     Ok(())
 }
@@ -125,6 +128,14 @@ fn check_data(m: &Manifest) -> Result<(), Problem> {
     }
     if d.max_len == 0 {
         return Err(Problem::new("data.max_len", "must be at least 1"));
+    }
+    if d.max_len > MAX_SEQUENCE_LEN {
+        let message = format!(
+            "must be at most {MAX_SEQUENCE_LEN} tokens (AG News texts are far shorter: longer rows only add \
+             padding that every model computes over, and the encoded dataset grows with them), got {}",
+            d.max_len
+        );
+        return Err(Problem::new("data.max_len", message));
     }
     if d.vocab.max_size < 3 {
         return Err(Problem::new("data.vocab.max_size", "must be at least 3 (<pad>, <unk> and one word)"));
@@ -244,6 +255,29 @@ fn check_stages(m: &Manifest, strategy: &StrategyConfig, path: &str) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Data parallelism cuts every global batch into one shard per replica (per replica of every
+/// rank, in a job of `[cluster] ranks`): each shard needs at least one sample of every model's
+/// batch, or a replica computes on nothing.
+fn check_shards(m: &Manifest, strategy: &StrategyConfig, path: &str) -> Result<(), Problem> {
+    let StrategyConfig::DataParallel(c) = strategy else {
+        return Ok(());
+    };
+    let ranks = m.cluster.ranks.unwrap_or(1);
+    let shards = c.replicas.saturating_mul(ranks);
+    let Some((i, entry)) = m.models.iter().enumerate().find(|(_, e)| shards > e.train.batch_size) else {
+        return Ok(());
+    };
+    let shards = match ranks {
+        1 => format!("{} replicas", c.replicas),
+        _ => format!("{} replicas × {ranks} ranks = {shards} shards", c.replicas),
+    };
+    let message = format!(
+        "{shards} exceed the batch size {} of model `{}` (each replica's shard of a batch needs at least one sample)",
+        entry.train.batch_size, entry.name
+    );
+    Err(Problem::new(format!("{path}.replicas"), message).or_at(format!("models[{i}].train.batch_size")))
 }
 
 /// The blocks of a model, for messages.

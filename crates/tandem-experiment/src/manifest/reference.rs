@@ -78,6 +78,25 @@ pub fn markdown() -> String {
     writer.out
 }
 
+/// Every strategy kind a manifest accepts, with its meaning: `kind = "…"` and the variant's doc
+/// comment, from the schema (`tandem list` prints them).
+pub fn strategy_kinds() -> Vec<(String, String)> {
+    let schema = serde_json::to_value(schemars::schema_for!(StrategyConfig)).expect("a schema is JSON");
+    let root = Node { schema: &schema, defs: schema.get("$defs").and_then(Value::as_object) };
+    root.variants()
+        .into_iter()
+        .map(|(tag, variant)| {
+            let kind = tag.split('"').nth(1).unwrap_or(&tag).to_string();
+            (kind, variant.description().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The pipeline schedules `schedule = "…"` accepts.
+pub fn schedules() -> Vec<&'static str> {
+    tandem_parallel::schedule::SCHEDULES.iter().map(|s| s.name()).collect()
+}
+
 /// Writes sections depth first; a definition met twice is written once and linked after.
 struct Writer {
     out: String,

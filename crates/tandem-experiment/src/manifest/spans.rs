@@ -72,6 +72,15 @@ impl<'a> Node<'a> {
             .collect()
     }
 
+    /// Where the node itself is written (a value, or a table's header).
+    fn span(self) -> Option<Range<usize>> {
+        match self {
+            Self::Item(item) => item.span(),
+            Self::Table(table) => table.span(),
+            Self::Value(value) => value.span(),
+        }
+    }
+
     fn float(self) -> Option<f64> {
         match self {
             Self::Item(Item::Value(Value::Float(f))) | Self::Value(Value::Float(f)) => Some(*f.value()),
@@ -124,18 +133,28 @@ impl<'a> Spans<'a> {
         visit(node, under, name).map(|p| p.trim_start_matches('.').to_string())
     }
 
-    /// The first float that is NaN or infinite, as its path and line.
-    pub(super) fn first_non_finite_float(&self) -> Option<(String, f64, usize)> {
-        fn visit(node: Node, path: &str, here: Option<usize>, spans: &Spans) -> Option<(String, f64, usize)> {
+    /// The first float that is NaN or infinite, as its path and value.
+    pub(super) fn first_non_finite_float(&self) -> Option<(String, f64)> {
+        fn visit(node: Node, path: &str) -> Option<(String, f64)> {
             if let Some(v) = node.float().filter(|v| !v.is_finite()) {
-                return Some((path.trim_start_matches('.').to_string(), v, here.unwrap_or(1)));
+                return Some((path.trim_start_matches('.').to_string(), v));
             }
-            node.children().into_iter().find_map(|(step, child, span)| {
-                let line = span.map(|s| spans.line_at(s.start)).or(here);
-                visit(child, &format!("{path}{step}"), line, spans)
+            node.children().into_iter().find_map(|(step, child, _)| visit(child, &format!("{path}{step}")))
+        }
+        visit(Node::Item(self.doc.as_item()), "")
+    }
+
+    /// The path of the deepest key or value written across byte `offset` (where a parser's error
+    /// points).
+    pub(super) fn path_at(&self, offset: usize) -> Option<String> {
+        fn visit(node: Node, path: &str, offset: usize) -> Option<String> {
+            node.children().into_iter().find_map(|(step, child, key)| {
+                let path = format!("{path}{step}");
+                let holds = |span: Option<Range<usize>>| span.is_some_and(|s| s.contains(&offset));
+                visit(child, &path, offset).or_else(|| (holds(key) || holds(child.span())).then_some(path))
             })
         }
-        visit(Node::Item(self.doc.as_item()), "", None, self)
+        visit(Node::Item(self.doc.as_item()), "", offset).map(|p| p.trim_start_matches('.').to_string())
     }
 
     /// The node at `path`, if the document writes it.

@@ -35,7 +35,7 @@ impl Checkpoints {
     ) -> Result<(), String> {
         let path = &self.path;
         match strategy.state() {
-            Ok(state) => results::write_atomic(path, &checkpoint_bytes(points_done, partial, &state))
+            Ok(state) => results::write_sealed(path, &checkpoint_bytes(points_done, partial, &state))
                 .map_err(|e| format!("cannot write {}: {e}", path.display())),
             Err(e) => {
                 if !self.noted {

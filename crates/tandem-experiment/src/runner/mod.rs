@@ -82,7 +82,12 @@ pub enum RunError {
     /// A signal stopped the run after its checkpoint was written.
     #[error("interrupted by signal {signal}; run the same `tandem run` command again to resume")]
     Interrupted { signal: i32 },
-    #[error("{failed} of {total} runs failed (see their summary.json); the others finished")]
+    #[error(
+        "{failed} of {total} run{} failed (see {} summary.json){}",
+        if *total == 1 { "" } else { "s" },
+        if *failed == 1 { "its" } else { "their" },
+        match total.saturating_sub(*failed) { 0 => "", 1 => "; the other one finished", _ => "; the others finished" }
+    )]
     RunsFailed { failed: usize, total: usize },
 }
 

@@ -138,7 +138,7 @@ pub(super) fn run_one(
         started_at,
         finished_at: results::now_utc(),
         figures: Default::default(),
-        manifest_hash: Some(resume::manifest_hash(&resolved_toml)),
+        manifest_hash: Some(results::manifest_hash(&resolved_toml)),
         reproducibility: None,
         cluster: None,
         kernel_launches_per_step: None,

@@ -44,11 +44,6 @@ impl Drop for RunLock {
     }
 }
 
-/// FNV-1a of the resolved manifest's text, in hex.
-pub(super) fn manifest_hash(resolved_toml: &str) -> String {
-    format!("{:016x}", tandem_parallel::fingerprint(resolved_toml.as_bytes()))
-}
-
 /// Locks `dir` (creating it) and decides what to do with the run whose resolved manifest is
 /// `resolved_toml`. `fresh`: whatever is there is removed and the run starts over.
 pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(RunLock, Plan), RunError> {
@@ -58,6 +53,7 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(R
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let lock = acquire(&dir.join(LOCK))?;
+    remove_temporary_files(dir).map_err(|(path, source)| RunError::Results { path, source })?;
     let recorded = dir.join("manifest.toml");
     if fresh {
         for entry in std::fs::read_dir(dir).map_err(io(dir))? {
@@ -79,7 +75,7 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(R
         }
         return Ok((lock, Plan::Start));
     }
-    let before = std::fs::read_to_string(&recorded).map_err(io(&recorded))?;
+    let before = read_recorded_manifest(&recorded).map_err(RunError::Config)?;
     if before != resolved_toml {
         return Err(RunError::Config(format!(
             "{} was run with another manifest (changed: {}); pass --fresh to start it over, or choose another --out",
@@ -96,21 +92,52 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(R
         return Ok((lock, Plan::Start));
     }
     let (done, partial, strategy) = read_checkpoint(&checkpoint).map_err(RunError::Config)?;
+    let unreadable = match &run.state {
+        RunState::Unreadable(why) => format!(" ({why})"),
+        _ => String::new(),
+    };
     if run.epochs.len() < done {
         return Err(RunError::Config(format!(
-            "{}: epochs.jsonl holds {} records, the checkpoint {done}; pass --fresh to start over",
+            "{}: holds {done} records, epochs.jsonl {} that can be read{unreadable}; pass --fresh to start over",
             checkpoint.display(),
             run.epochs.len()
         )));
+    }
+    if !unreadable.is_empty() {
+        eprintln!("note: resuming after the {done} records of the checkpoint, which epochs.jsonl holds{unreadable}");
     }
     let records = run.epochs.into_iter().take(done).collect();
     Ok((lock, Plan::Resume(Box::new(Checkpoint { records, partial, strategy }))))
 }
 
+/// The text of a run folder's `manifest.toml`, which Tandem wrote: TOML, or the folder is damaged.
+fn read_recorded_manifest(path: &Path) -> Result<String, String> {
+    let damaged = |why: String| format!("{}: {why}; pass --fresh to start the run over", path.display());
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| damaged("damaged (not UTF-8 text)".into()))?;
+    text.parse::<toml::Table>().map_err(|e| damaged(format!("damaged (not TOML: {})", e.message())))?;
+    Ok(text)
+}
+
+/// Removes the temporary files a killed writer left in run folder `dir` (atomic writes'
+/// `.NAME.tmp-PID` and the vocabulary's `.tandem-tmp-*`): the caller holds the folder's lock,
+/// so no other process is writing there.
+fn remove_temporary_files(dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+    for entry in std::fs::read_dir(dir).map_err(|e| (dir.to_path_buf(), e))? {
+        let path = entry.map_err(|e| (dir.to_path_buf(), e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let temporary = name.starts_with(".tandem-tmp-") || (name.starts_with('.') && name.contains(".tmp-"));
+        if temporary && path.is_file() {
+            std::fs::remove_file(&path).map_err(|e| (path.clone(), e))?;
+        }
+    }
+    Ok(())
+}
+
 /// A checkpoint file's records done, steps done of the next point, and strategy state.
 fn read_checkpoint(path: &Path) -> Result<(usize, Option<PartialPoint>, StateParts), String> {
     let damaged = |e: String| format!("{}: {e}; pass --fresh to start over", path.display());
-    let bytes = std::fs::read(path).map_err(|e| damaged(e.to_string()))?;
+    let (bytes, _) = tandem_results::read_sealed(path).map_err(|e| format!("{e}; pass --fresh to start over"))?;
     let parts = StateParts::from_bytes(&bytes).map_err(damaged)?;
     let done = parts.get("points_done").map_err(damaged)?;
     let done = u64::from_le_bytes(done.try_into().map_err(|_| damaged("`points_done` is damaged".into()))?) as usize;

@@ -254,9 +254,10 @@ fn print_record(progress: &ProgressBar, run: &str, record: &EpochRecord) {
     }
 }
 
-/// Saves the trained parameters to `path` (Burn's binary record, full precision), atomically.
+/// Saves the trained parameters to `path` (Burn's binary record, full precision, sealed with its
+/// checksum), atomically.
 fn save_model<B: AutodiffBackend>(model: &Classifier<B>, path: &Path) -> Result<(), String> {
     let bytes = tandem_train::checkpoint::model_bytes(model)
         .map_err(|e| format!("cannot save the model to {}: {e}", path.display()))?;
-    results::write_atomic(path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    results::write_sealed(path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
