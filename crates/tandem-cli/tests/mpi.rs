@@ -13,8 +13,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
-use burn::module::Module;
-use burn::record::{BinFileRecorder, FullPrecisionSettings};
 use common::data_dir;
 use tandem_experiment::{Manifest, RunSummary};
 use tandem_models::{Classifier, InputSpec};
@@ -74,7 +72,8 @@ fn saved_parameters(run: &Path) -> Vec<f32> {
     let input = InputSpec { vocab_size: summary.vocab_size, max_len: summary.max_len, num_classes: 4 };
     let device = Default::default();
     let model: Classifier<NdArray> = manifest.models[0].config.init(&input, &device);
-    let model = model.load_file(run.join("model"), &BinFileRecorder::<FullPrecisionSettings>::new(), &device).unwrap();
+    let (bytes, _) = tandem_results::read_sealed(&run.join("model.bin")).unwrap();
+    let model = tandem_train::checkpoint::load_model_bytes(model, &bytes, &device).unwrap();
     model.parameter_values()
 }
 
