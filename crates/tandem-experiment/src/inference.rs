@@ -204,7 +204,8 @@ fn probabilities<B: Backend>(
 /// one exists): the resolved manifest says how texts are encoded and the model built, so one
 /// changed after training would predict from other settings without a word.
 fn check_manifest_hash(dir: &Path, manifest_path: &Path) -> Result<(), InferenceError> {
-    let summary = tandem_results::read_run(dir).summary;
+    let summary = std::fs::read_to_string(dir.join("summary.json")).ok();
+    let summary = summary.and_then(|text| tandem_results::folder::parse_summary(&text).ok());
     let Some(recorded) = summary.and_then(|s| s.manifest_hash) else { return Ok(()) };
     let text = std::fs::read_to_string(manifest_path)
         .map_err(|e| InferenceError::new(manifest_path, format!("cannot read it: {e}")))?;

@@ -112,10 +112,13 @@ pub enum ReadError {
 /// Reads the file at `path` and checks it ([`open`]); returns its contents and whether it was
 /// sealed.
 pub fn read_sealed(path: &Path) -> Result<(Vec<u8>, bool), ReadError> {
-    let bytes = std::fs::read(path).map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
-    let opened = open(&bytes).map_err(|problem| ReadError::Damaged { path: path.to_path_buf(), problem })?;
-    let sealed = matches!(opened, Opened::Sealed(_));
-    Ok((opened.contents().to_vec(), sealed))
+    let mut bytes = std::fs::read(path).map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
+    let header = match open(&bytes).map_err(|problem| ReadError::Damaged { path: path.to_path_buf(), problem })? {
+        Opened::Sealed(contents) => bytes.len() - contents.len(),
+        Opened::Unsealed(_) => 0,
+    };
+    bytes.drain(..header);
+    Ok((bytes, header > 0))
 }
 
 /// Writes `contents` sealed to `path`, atomically.
