@@ -8,19 +8,20 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tandem_data::{SplitMode, VocabConfig};
 use tandem_models::ModelConfig;
-use tandem_parallel::{DataParallelConfig, ModelParallelConfig};
-use tandem_sync::{LocalLearningConfig, PredictiveSyncConfig};
 use tandem_train::TrainConfig;
 
 use crate::backend::BackendKind;
 use crate::overrides::Override;
 
 mod checks;
+mod load;
 pub mod reference;
 mod spans;
+mod strategy;
 
 use checks::Problem;
 use spans::Spans;
+pub use strategy::{SequentialConfig, StrategyConfig};
 
 /// A manifest that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -110,123 +111,6 @@ impl Default for DataSection {
             max_train_rows: None,
             max_holdout_rows: None,
             verify_md5: true,
-        }
-    }
-}
-
-/// `[strategy]` (or one `[[strategies]]` entry): how training is spread over devices.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum StrategyConfig {
-    /// One model on one device.
-    Sequential(SequentialConfig),
-    /// Replicas on several devices, gradients averaged by all-reduce.
-    DataParallel(DataParallelConfig),
-    /// The model cut into stages on several devices, run by a pipeline schedule.
-    ModelParallel(ModelParallelConfig),
-    /// Model parallelism whose stages skip most exchanges, predicting their parameters instead.
-    PredictiveSync(PredictiveSyncConfig),
-    /// Model parallelism whose stages keep learning between real steps, each on a loss of its
-    /// own (auxiliary heads, features replay, activations sent forward only).
-    LocalLearning(LocalLearningConfig),
-}
-
-impl Default for StrategyConfig {
-    fn default() -> Self {
-        Self::Sequential(SequentialConfig::default())
-    }
-}
-
-/// `kind = "sequential"`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct SequentialConfig {
-    /// Compute threads, overriding `[train] threads` (e.g. the baseline on all cores).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub threads: Option<usize>,
-}
-
-impl StrategyConfig {
-    /// Name recorded in results.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Sequential(_) => "sequential",
-            Self::DataParallel(_) => "data-parallel",
-            Self::ModelParallel(_) => "model-parallel",
-            Self::PredictiveSync(_) => "predictive-sync",
-            Self::LocalLearning(_) => "local-learning",
-        }
-    }
-
-    /// Names the run folder: the kind plus what tells two entries of one kind apart.
-    pub fn label(&self) -> String {
-        match self {
-            Self::Sequential(SequentialConfig { threads: None }) => "sequential".into(),
-            Self::Sequential(SequentialConfig { threads: Some(t) }) => format!("sequential-{t}t"),
-            Self::DataParallel(c) => c.label(),
-            Self::ModelParallel(c) => c.label(),
-            Self::PredictiveSync(c) => c.label(),
-            Self::LocalLearning(c) => c.label(),
-        }
-    }
-
-    /// Compute threads per device for a model trained with `train`.
-    pub fn threads(&self, train: &TrainConfig) -> usize {
-        match self {
-            Self::Sequential(SequentialConfig { threads: Some(t) }) => *t,
-            _ => train.threads,
-        }
-    }
-
-    /// The stages of a strategy that cuts the model into stages (model parallel, predictive sync).
-    pub fn stages(&self) -> Option<usize> {
-        match self {
-            Self::ModelParallel(c) => Some(c.stages),
-            Self::PredictiveSync(c) => Some(c.model_parallel.stages),
-            Self::LocalLearning(c) => Some(c.model_parallel.stages),
-            _ => None,
-        }
-    }
-
-    /// The model-parallel settings of a strategy that cuts the model into stages.
-    pub fn model_parallel_mut(&mut self) -> Option<&mut ModelParallelConfig> {
-        match self {
-            Self::ModelParallel(c) => Some(c),
-            Self::PredictiveSync(c) => Some(&mut c.model_parallel),
-            Self::LocalLearning(c) => Some(&mut c.model_parallel),
-            _ => None,
-        }
-    }
-
-    /// Copies of the whole model one process trains: one per replica for data parallelism
-    /// (stages each hold a part of one copy).
-    pub fn model_copies(&self) -> usize {
-        match self {
-            Self::DataParallel(c) => c.replicas,
-            _ => 1,
-        }
-    }
-
-    /// How long the strategy's workers (and the processes of a job) wait for each other.
-    pub fn timeout(&self) -> std::time::Duration {
-        let seconds = match self {
-            Self::Sequential(_) => return std::time::Duration::MAX,
-            Self::DataParallel(c) => c.timeout_seconds,
-            Self::ModelParallel(c) => c.timeout_seconds,
-            Self::PredictiveSync(c) => c.model_parallel.timeout_seconds,
-            Self::LocalLearning(c) => c.model_parallel.timeout_seconds,
-        };
-        std::time::Duration::from_secs_f64(seconds)
-    }
-
-    /// Number of devices the strategy computes on.
-    pub fn num_devices(&self) -> usize {
-        match self {
-            Self::Sequential(_) => 1,
-            Self::DataParallel(c) => c.replicas,
-            Self::ModelParallel(c) => c.stages,
-            Self::PredictiveSync(c) => c.model_parallel.stages,
-            Self::LocalLearning(c) => c.model_parallel.stages,
         }
     }
 }

@@ -11,12 +11,9 @@
 //! (`experiment.backend=ndarray`).
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
 
 use toml::{Table, Value};
-
-use crate::manifest::{Manifest, ManifestError, Origin};
 
 /// One `key.path=value` setting.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +64,7 @@ pub fn apply_overrides(text: &str, overrides: &[Override]) -> Result<String, Str
 
 /// [`apply_overrides`], with the dotted path each override set, as manifest errors name fields
 /// (`models.cnn.train.epochs` → `models[0].train.epochs`).
-fn applied(text: &str, overrides: &[Override]) -> Result<(String, Vec<String>), String> {
+pub(crate) fn applied(text: &str, overrides: &[Override]) -> Result<(String, Vec<String>), String> {
     let mut doc: Table = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
     let paths = overrides
         .iter()
@@ -114,42 +111,12 @@ fn set_in(slot: &mut Value, key: &str, rest: &[String], value: Value) -> Result<
     }
 }
 
-impl Manifest {
-    /// Reads a manifest file with `overrides` applied (see [`apply_overrides`]). An error at a
-    /// field an override sets names that `--set` (the rewritten document's lines are no line of
-    /// the file); one elsewhere gives its line in the file, and, when the file is valid on its
-    /// own, the overrides that make it fail.
-    pub fn load_with(path: &Path, overrides: &[Override]) -> Result<Self, ManifestError> {
-        if overrides.is_empty() {
-            return Self::load(path);
-        }
-        let err = |message: String| ManifestError { path: path.to_path_buf(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the manifest: {e}")))?;
-        let (changed, paths) = applied(&text, overrides).map_err(err)?;
-        let set: Vec<(String, Override)> = paths.into_iter().zip(overrides.iter().cloned()).collect();
-        let origin = Origin::new(&text, &set).map_err(err)?;
-        let failure = match Self::parse_from(&changed, path, Some(&origin)) {
-            Ok(manifest) => return Ok(Self { overrides: set, ..manifest }),
-            Err(failure) => failure,
-        };
-        if failure.at_override || Self::parse(&text, path).is_err() {
-            return Err(failure.error);
-        }
-        let culprits: Vec<String> = overrides
-            .iter()
-            .filter(|o| {
-                apply_overrides(&text, std::slice::from_ref(o)).is_ok_and(|alone| Self::parse(&alone, path).is_err())
-            })
-            .map(ToString::to_string)
-            .collect();
-        let from = if culprits.is_empty() { "the --set overrides together".to_string() } else { culprits.join(", ") };
-        Err(err(format!("{from}: {}", failure.error.message)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    use crate::manifest::Manifest;
 
     const TEXT: &str = "[experiment]\nname = \"x\"\n\n[train]\nepochs = 2\n\n[[models]]\nname = \"cnn\"\narchitecture = \"cnn\"\n\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\n";
 

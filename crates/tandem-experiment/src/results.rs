@@ -2,7 +2,7 @@
 //! module re-exports the format's files and their writers.
 
 pub use tandem_results::{
-    machine_description, now_utc, write_atomic, write_epochs, write_json, write_sealed, ClusterInfo, RankLog,
+    machine_description, now_utc, write_atomic, write_epochs, write_json, write_sealed, ClusterInfo, RankLog, RunStart,
     RunStatus, RunSummary,
 };
 

@@ -141,6 +141,20 @@ fn several_strategies_are_listed_and_checked() {
 }
 
 #[test]
+fn every_strategy_kind_names_itself_as_its_manifest_does() {
+    for (kind, _) in tandem_experiment::manifest::reference::strategy_kinds() {
+        let m = parse(&format!("{MINIMAL}\n[strategy]\nkind = \"{kind}\"\n")).unwrap();
+        let strategy = &m.strategies[0];
+        assert_eq!(strategy.name(), kind, "the kind's name is its `kind = …`");
+        assert_eq!(strategy.kind().devices(), strategy.num_devices());
+        let stages = strategy.kind().model_parallel().map(|(mp, _)| mp.stages);
+        assert_eq!(stages, strategy.stages(), "{kind}");
+        assert_eq!(strategy.kind().spans_ranks(), kind != "sequential", "{kind}");
+        strategy.kind().validate().unwrap();
+    }
+}
+
+#[test]
 fn model_parallel_settings_are_read_and_checked() {
     let text = format!(
         "{MINIMAL}\n[[strategies]]\nkind = \"model-parallel\"\nstages = 2\nschedule = \"1f1b\"\nmicro_batches = 4\ninterconnect = \"10gbe\"\n"

@@ -11,6 +11,7 @@
 //! are in `kernels/` and GPU kernels in `gpu/`; [`FastPath`] and [`on_cpu`] tell which of them
 //! run on a backend.
 
+mod adamw;
 mod architectures;
 mod aux_head;
 mod blocks;
@@ -24,6 +25,7 @@ mod ops;
 mod optimizer;
 
 // The manifest types: the architecture enums, the input spec and each architecture's config.
+pub use adamw::AdamWScalars;
 pub use architectures::*;
 pub use aux_head::AuxHeadConfig;
 pub use blocks::{
@@ -31,4 +33,4 @@ pub use blocks::{
 };
 pub use classifier::{Classifier, CutError};
 pub use fast_path::{on_cpu, FastPath};
-pub use optimizer::{adamw_kernel_on, adamw_step, squared_sum, AdamWOutput, AdamWScalars};
+pub use optimizer::{adamw_kernel_on, adamw_step, squared_sum, AdamWOutput};

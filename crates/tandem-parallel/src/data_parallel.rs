@@ -14,6 +14,7 @@ use tandem_train::{tested_gradients, EpochPlan, StateParts, Strategy, TrainConfi
 
 use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
+use crate::kind::{Ingredients, StrategyKind};
 use crate::ranks::{check_same_parameters, cross_rank_timeout, CrossRank, Ranks};
 use crate::shard::shard_ranges;
 use crate::supervisor::{thread_pools, Failure, Gate, Reporter, Stopped, Supervisor};
@@ -51,8 +52,22 @@ impl Default for DataParallelConfig {
 }
 
 impl DataParallelConfig {
-    /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    fn bucket_bytes(&self) -> usize {
+        (self.bucket_mb * 1024.0 * 1024.0) as usize
+    }
+}
+
+impl StrategyKind for DataParallelConfig {
+    fn name(&self) -> &'static str {
+        "data-parallel"
+    }
+
+    /// E.g. `data-parallel-2x-tree`.
+    fn label(&self) -> String {
+        format!("data-parallel-{}x-{}", self.replicas, self.all_reduce.name())
+    }
+
+    fn validate(&self) -> Result<(), String> {
         if self.replicas == 0 {
             return Err("`replicas` must be at least 1".into());
         }
@@ -65,13 +80,24 @@ impl DataParallelConfig {
         Ok(())
     }
 
-    /// Short label for run names, e.g. `data-parallel-2x-tree`.
-    pub fn label(&self) -> String {
-        format!("data-parallel-{}x-{}", self.replicas, self.all_reduce.name())
+    fn devices(&self) -> usize {
+        self.replicas
     }
 
-    fn bucket_bytes(&self) -> usize {
-        (self.bucket_mb * 1024.0 * 1024.0) as usize
+    fn model_copies(&self) -> usize {
+        self.replicas
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout_seconds)
+    }
+
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+        let replicas = DataParallel::new(with.model, with.train, self, with.devices)?;
+        Ok(Box::new(match with.ranks {
+            Some(ranks) => replicas.across_ranks(ranks)?,
+            None => replicas,
+        }))
     }
 }
 

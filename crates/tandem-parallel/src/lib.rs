@@ -18,6 +18,7 @@ mod collective;
 pub mod compression;
 mod data_parallel;
 mod exchange;
+mod kind;
 pub mod link;
 mod model_parallel;
 #[cfg(feature = "mpi")]
@@ -31,6 +32,7 @@ pub use collective::AllReduceKind;
 pub use compression::{CompressionConfig, Scheme};
 pub use data_parallel::{DataParallel, DataParallelConfig};
 pub use exchange::{CommStats, GradientExchange};
+pub use kind::{Ingredients, StrategyKind};
 pub use link::{Interconnect, Preset};
 pub use model_parallel::{
     balanced_cuts, checkpoint_cuts, profile_blocks, wire_bytes, Balance, MicroBatch, ModelParallel,

@@ -7,7 +7,8 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{Group, SettingTable};
 use crate::document::{Block, Document, GalleryFigure};
-use crate::plots::{err, svg, text_width, FONT};
+use crate::plots::svg;
+use crate::style::{err, text_width, FONT};
 use tandem_results::{ClassMetrics, ConfusionMatrix};
 
 /// AG News's classes, in label order.

@@ -6,7 +6,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{accuracy_curve, SettingTable};
-use crate::plots::{err, log_ticks, significant, svg, PlotResult, FONT};
+use crate::plots::{log_ticks, significant, svg, PlotResult};
+use crate::style::{err, FONT};
 use crate::style::{legend_below, legend_size, Sample, SeriesStyle};
 use tandem_results::{EpochRecord, Run};
 

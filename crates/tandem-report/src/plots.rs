@@ -6,19 +6,14 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{pareto_front, stage_breakdown, SettingTable, BASELINE};
-use crate::style::{legend_below, legend_size, Sample, SeriesStyle};
+use crate::style::{err, legend_below, legend_size, text_width, Sample, SeriesStyle, FONT};
 use crate::sync::{self, SyncComparison, TARGET_POINTS_LOST, TARGET_REDUCTION};
 
 pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 pub(crate) type PlotResult<T> = Result<T, String>;
 
-pub(crate) const FONT: &str = "sans-serif";
 /// Minor grid lines.
 const LIGHT: RGBColor = RGBColor(238, 238, 238);
-
-pub(crate) fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 fn label_style(h: HPos, v: VPos) -> TextStyle<'static> {
     TextStyle::from((FONT, 14).into_font()).pos(Pos::new(h, v))
@@ -52,12 +47,6 @@ pub(crate) fn significant(v: f64) -> String {
     } else {
         text
     }
-}
-
-/// A generous estimate of the width in pixels of `text` in the sans-serif font at `size` pixels
-/// (the SVG viewer picks the font, so labels are given room for a wide one).
-pub(crate) fn text_width(text: &str, size: i32) -> i32 {
-    (text.chars().count() as f64 * size as f64 * 0.62).ceil() as i32
 }
 
 /// Draws into an SVG string of `size` pixels.

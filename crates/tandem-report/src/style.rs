@@ -6,7 +6,19 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::plots::{err, text_width, FONT};
+/// The font of every label (the SVG viewer picks which sans-serif).
+pub(crate) const FONT: &str = "sans-serif";
+
+/// A plotting error as the report's error text.
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// A generous estimate of the width in pixels of `text` in the sans-serif font at `size` pixels
+/// (the SVG viewer picks the font, so labels are given room for a wide one).
+pub(crate) fn text_width(text: &str, size: i32) -> i32 {
+    (text.chars().count() as f64 * size as f64 * 0.62).ceil() as i32
+}
 
 /// Ten distinguishable colours (Tableau 10).
 const PALETTE: [RGBColor; 10] = [

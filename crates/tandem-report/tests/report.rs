@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use tandem_report::aggregate::{pareto_front, summarize, Stat};
 use tandem_results::{
     find_runs, write_epochs, write_json, ClassificationMetrics, ConfusionMatrix, DataParallelFigures, EpochRecord,
-    LinkFigures, PipelineFigures, RunState, RunStatus, RunSummary, StrategyFigures, SyncFigures, TrafficPerStep,
-    FORMAT_VERSION,
+    LinkFigures, PipelineFigures, RunStart, RunState, RunStatus, RunSummary, StrategyFigures, SyncFigures,
+    TrafficPerStep,
 };
 
 /// Two balanced classes of 100 samples, `correct` of each right: accuracy, precision and recall
@@ -66,18 +66,13 @@ impl<'a> RunSpec<'a> {
 }
 
 fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
-    let mut s = RunSummary {
-        format_version: FORMAT_VERSION,
-        status: RunStatus::Finished,
-        error: None,
+    let mut s = RunSummary::begun(RunStart {
         experiment: "exp".into(),
         run_id: format!("{}-{}-seed{}", spec.model, spec.strategy, spec.seed),
         model: spec.model.into(),
         architecture: spec.model.into(),
         strategy: spec.strategy.into(),
         backend: "ndarray".into(),
-        devices: vec!["cpu".into(), "cpu".into()],
-        shared_devices: false,
         machine: spec.machine.into(),
         threads_per_device: 1,
         seed: spec.seed,
@@ -86,26 +81,14 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         holdout_samples: 200,
         vocab_size: 100,
         max_len: 16,
-        parameters: 1000,
-        epochs_completed: 0,
-        train_seconds: 0.0,
-        eval_seconds: 0.0,
-        train_samples_per_second: 0.0,
-        final_metrics: None,
-        final_holdout_loss: None,
-        best_epoch: None,
-        best_accuracy: None,
-        prequential_accuracy: None,
-        prequential_samples: 0,
         tandem_version: "0.1.0".into(),
         started_at: "2026-12-01T00:00:00Z".into(),
-        finished_at: "2026-12-01T00:01:00Z".into(),
-        figures: Default::default(),
         manifest_hash: None,
-        reproducibility: None,
-        cluster: None,
-        kernel_launches_per_step: None,
-    };
+    });
+    s.status = RunStatus::Finished;
+    s.devices = vec!["cpu".into(), "cpu".into()];
+    s.parameters = 1000;
+    s.finished_at = "2026-12-01T00:01:00Z".into();
     s.set_epochs(records);
     s
 }

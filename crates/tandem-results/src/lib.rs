@@ -24,7 +24,7 @@ pub use folder::{find_runs, read_run, FindError, Run, RunState};
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use record::{EpochRecord, StreamPoint};
 pub use sealed::{read_sealed, write_sealed};
-pub use summary::{machine_description, now_utc, ClusterInfo, RankLog, RunStatus, RunSummary};
+pub use summary::{machine_description, now_utc, ClusterInfo, RankLog, RunStart, RunStatus, RunSummary};
 pub use write::{write_atomic, write_epochs, write_json};
 
 /// The results format this build writes: typed strategy figures (`figures`), and

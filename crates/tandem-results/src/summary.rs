@@ -98,7 +98,74 @@ pub struct RunSummary {
     pub kernel_launches_per_step: Option<f64>,
 }
 
+/// What a run's summary says before it trains: which run, on what, with which data.
+#[derive(Clone, Debug)]
+pub struct RunStart {
+    pub experiment: String,
+    pub run_id: String,
+    pub model: String,
+    pub architecture: String,
+    pub strategy: String,
+    pub backend: String,
+    pub machine: String,
+    pub threads_per_device: usize,
+    pub seed: u64,
+    pub data: String,
+    pub train_samples: usize,
+    pub holdout_samples: usize,
+    pub vocab_size: usize,
+    pub max_len: usize,
+    pub tandem_version: String,
+    pub started_at: String,
+    pub manifest_hash: Option<String>,
+}
+
 impl RunSummary {
+    /// The summary of a run that has not trained yet: failed until it ends otherwise, with no
+    /// epochs, devices or figures, in this build's format.
+    pub fn begun(start: RunStart) -> Self {
+        Self {
+            format_version: crate::FORMAT_VERSION,
+            status: RunStatus::Failed,
+            error: None,
+            experiment: start.experiment,
+            run_id: start.run_id,
+            model: start.model,
+            architecture: start.architecture,
+            strategy: start.strategy,
+            backend: start.backend,
+            devices: Vec::new(),
+            shared_devices: false,
+            machine: start.machine,
+            threads_per_device: start.threads_per_device,
+            seed: start.seed,
+            data: start.data,
+            train_samples: start.train_samples,
+            holdout_samples: start.holdout_samples,
+            vocab_size: start.vocab_size,
+            max_len: start.max_len,
+            parameters: 0,
+            epochs_completed: 0,
+            train_seconds: 0.0,
+            eval_seconds: 0.0,
+            train_samples_per_second: 0.0,
+            final_metrics: None,
+            final_holdout_loss: None,
+            best_epoch: None,
+            best_accuracy: None,
+            prequential_accuracy: None,
+            prequential_samples: 0,
+            tandem_version: start.tandem_version,
+            finished_at: start.started_at.clone(),
+            started_at: start.started_at,
+            figures: Default::default(),
+            manifest_hash: start.manifest_hash,
+            reproducibility: None,
+            cluster: None,
+            kernel_launches_per_step: None,
+        }
+    }
+
     /// Fills the figures that derive from the epoch records.
     pub fn set_epochs(&mut self, records: &[EpochRecord]) {
         self.epochs_completed = records.iter().filter(|r| r.stream.as_ref().is_none_or(|s| s.pass_complete)).count();

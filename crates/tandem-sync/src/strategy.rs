@@ -5,10 +5,9 @@
 
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
-use tandem_data::Encoded;
-use tandem_models::{AuxHeadConfig, Classifier};
-use tandem_parallel::{ModelParallel, ModelParallelConfig, Ranks, StepPolicy};
-use tandem_train::TrainConfig;
+use tandem_models::AuxHeadConfig;
+use tandem_parallel::{Ingredients, ModelParallel, ModelParallelConfig, StepPolicy, StrategyKind};
+use tandem_train::Strategy;
 
 use crate::local::{Cadence, LaterStages, LocalPolicy};
 use crate::policy::PredictivePolicy;
@@ -31,9 +30,12 @@ pub struct PredictiveSyncConfig {
     pub replay_batches: usize,
 }
 
-impl PredictiveSyncConfig {
-    /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+impl StrategyKind for PredictiveSyncConfig {
+    fn name(&self) -> &'static str {
+        "predictive-sync"
+    }
+
+    fn validate(&self) -> Result<(), String> {
         self.model_parallel.validate().map_err(|e| format!("model_parallel: {e}"))?;
         self.predictor.validate().map_err(|e| format!("predictor: {e}"))?;
         self.trigger.validate().map_err(|e| format!("trigger: {e}"))?;
@@ -48,29 +50,28 @@ impl PredictiveSyncConfig {
         Ok(())
     }
 
-    /// Short label for run names, e.g. `predictive-sync-holt-periodic4-2s-gpipe-8m`
-    /// (`…-velocity-damping0.9-…` for a predictor's non-default settings).
-    pub fn label(&self) -> String {
+    /// E.g. `predictive-sync-holt-periodic4-2s-gpipe-8m` (`…-velocity-damping0.9-…` for a
+    /// predictor's non-default settings).
+    fn label(&self) -> String {
         let trigger = self.trigger.label();
-        let mp = self.model_parallel.label();
         let replay = if self.replay_batches > 0 { format!("-replay{}", self.replay_batches) } else { String::new() };
-        format!(
-            "predictive-sync-{}-{trigger}{replay}{}",
-            self.predictor.label(),
-            mp.trim_start_matches("model-parallel")
-        )
+        format!("predictive-sync-{}-{trigger}{replay}{}", self.predictor.label(), self.model_parallel.settings_label())
     }
 
-    /// The strategy: `model` cut into stages on `devices`, each device with its own policy. In a
-    /// multi-process job (`ranks`), `devices` are this rank's, one per device it runs.
-    pub fn build<B: AutodiffBackend>(
-        &self,
-        model: Classifier<B>,
-        train: &TrainConfig,
-        devices: Vec<B::Device>,
-        profile_data: &Encoded,
-        ranks: Option<&dyn Ranks>,
-    ) -> Result<ModelParallel<B>, String> {
+    fn devices(&self) -> usize {
+        self.model_parallel.stages
+    }
+
+    fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {
+        Some((&self.model_parallel, Some("model_parallel")))
+    }
+
+    fn model_parallel_mut(&mut self) -> Option<&mut ModelParallelConfig> {
+        Some(&mut self.model_parallel)
+    }
+
+    /// `with.model` cut into stages on `with.devices`, each device with its own policy.
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
         self.validate()?;
         let stages = self.model_parallel.stages;
         let policies = (0..stages)
@@ -79,8 +80,9 @@ impl PredictiveSyncConfig {
                 Box::new(policy) as Box<dyn StepPolicy<B>>
             })
             .collect();
-        ModelParallel::for_job(model, train, &self.model_parallel, devices, profile_data, ranks)?
-            .with_policies(policies)
+        let Ingredients { model, train, devices, data, ranks } = with;
+        let strategy = ModelParallel::for_job(model, train, &self.model_parallel, devices, data, ranks)?;
+        Ok(Box::new(strategy.with_policies(policies)?))
     }
 }
 
@@ -126,9 +128,12 @@ impl Default for LocalLearningConfig {
     }
 }
 
-impl LocalLearningConfig {
-    /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+impl StrategyKind for LocalLearningConfig {
+    fn name(&self) -> &'static str {
+        "local-learning"
+    }
+
+    fn validate(&self) -> Result<(), String> {
         self.model_parallel.validate().map_err(|e| format!("model_parallel: {e}"))?;
         if self.model_parallel.pieces() < 2 {
             return Err("local learning needs at least 2 stages (`model_parallel.stages`)".into());
@@ -176,9 +181,9 @@ impl LocalLearningConfig {
         }
     }
 
-    /// Short label for run names, e.g. `local-linear-replay8-periodic28-2s-gpipe-4m-1gbe`
-    /// (`-t4` transfers every 4 steps, `-l2` the first stage every 2, `-w0.5` an aux weight).
-    pub fn label(&self) -> String {
+    /// E.g. `local-linear-replay8-periodic28-2s-gpipe-4m-1gbe` (`-t4` transfers every 4 steps,
+    /// `-l2` the first stage every 2, `-w0.5` an aux weight).
+    fn label(&self) -> String {
         let mut label =
             format!("local-{}-{}-{}", self.aux_head.label(), self.later_stages.label(), self.trigger.label());
         if self.transfer_every > 0 {
@@ -190,20 +195,26 @@ impl LocalLearningConfig {
         if self.aux_weight != 1.0 {
             label += &format!("-w{:?}", self.aux_weight);
         }
-        label + self.model_parallel.label().trim_start_matches("model-parallel")
+        label + &self.model_parallel.settings_label()
     }
 
-    /// The strategy: `model` cut into stages on `devices`, each stage learning locally, each
-    /// device with its own policy. In a multi-process job (`ranks`), `devices` are this rank's.
-    pub fn build<B: AutodiffBackend>(
-        &self,
-        model: Classifier<B>,
-        train: &TrainConfig,
-        devices: Vec<B::Device>,
-        profile_data: &Encoded,
-        ranks: Option<&dyn Ranks>,
-    ) -> Result<ModelParallel<B>, String> {
+    fn devices(&self) -> usize {
+        self.model_parallel.stages
+    }
+
+    fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {
+        Some((&self.model_parallel, Some("model_parallel")))
+    }
+
+    fn model_parallel_mut(&mut self) -> Option<&mut ModelParallelConfig> {
+        Some(&mut self.model_parallel)
+    }
+
+    /// `with.model` cut into stages on `with.devices`, each stage learning locally, each device
+    /// with its own policy.
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
         self.validate()?;
+        let Ingredients { model, train, devices, data, ranks } = with;
         let cadence = Cadence {
             local_every: self.local_every,
             transfer_every: self.transfer_every,
@@ -216,8 +227,8 @@ impl LocalLearningConfig {
             LaterStages::Replay { buffer_batches, .. } => buffer_batches * train.batch_size,
             LaterStages::Predict { .. } => 0,
         };
-        ModelParallel::for_job(model, train, &self.model_parallel, devices, profile_data, ranks)?
-            .with_local_learning(&self.aux_head, self.aux_weight, replay_samples, profile_data.max_len)
-            .with_policies(policies)
+        let strategy = ModelParallel::for_job(model, train, &self.model_parallel, devices, data, ranks)?
+            .with_local_learning(&self.aux_head, self.aux_weight, replay_samples, data.max_len);
+        Ok(Box::new(strategy.with_policies(policies)?))
     }
 }

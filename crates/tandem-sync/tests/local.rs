@@ -6,7 +6,8 @@ use tandem_data::Encoded;
 use tandem_models::{Architecture, AuxHeadConfig, ModelConfig};
 use tandem_parallel::compression::encoded_size;
 use tandem_parallel::{
-    shard_ranges, CompressionConfig, ModelParallel, ModelParallelConfig, Schedule, Scheme, LABEL_BYTES,
+    shard_ranges, CompressionConfig, Ingredients, ModelParallel, ModelParallelConfig, Schedule, Scheme, StrategyKind,
+    LABEL_BYTES,
 };
 use tandem_sync::{LaterStages, LocalLearningConfig, PredictiveSyncConfig, PredictorConfig, TriggerConfig};
 use tandem_testing::{
@@ -48,9 +49,11 @@ fn vanilla(config: &ModelConfig, mp: &ModelParallelConfig, data: &Encoded, vocab
     ModelParallel::new(initial_model(config, vocab_size), &exact_train_config(), mp, devices, data).unwrap()
 }
 
-fn build(config: &ModelConfig, local: &LocalLearningConfig, data: &Encoded, vocab_size: usize) -> ModelParallel<B> {
+fn build(config: &ModelConfig, local: &LocalLearningConfig, data: &Encoded, vocab_size: usize) -> Box<dyn Strategy<B>> {
     let devices = vec![Default::default(); local.model_parallel.stages];
-    local.build::<B>(initial_model(config, vocab_size), &exact_train_config(), devices, data, None).unwrap()
+    let train = exact_train_config();
+    let model = initial_model(config, vocab_size);
+    local.build::<B>(Ingredients { model, train: &train, devices, data, ranks: None }).unwrap()
 }
 
 /// A toy model with two recurrent layers (four blocks: room for two stages on each of two devices).
@@ -87,7 +90,7 @@ fn a_real_step_every_step_with_aux_weight_zero_is_vanilla_model_parallelism_on_e
         let every_step =
             LocalLearningConfig { model_parallel: mp.clone(), ..local(TriggerConfig::Periodic { every: 1 }, replay()) };
         let mut strategy = build(&config, &every_step, &data, vocab_size);
-        let got = one_epoch(&mut strategy, &data, &train);
+        let got = one_epoch(strategy.as_mut(), &data, &train);
         let diff = relative_difference(&strategy.model().parameter_values(), &reference.model().parameter_values());
         assert!(diff <= 1e-5, "{name}: parameters differ by {diff:e}");
         assert!(
@@ -176,7 +179,7 @@ fn between_real_steps_replay_moves_no_byte_transfers_go_forward_only_and_labels_
     // Real steps at 0, 4, 8, 12 (periodic 4): 48 samples cross each way, of the epoch's 160.
     let synced = 48.0 / data.len() as f64;
     let mut replaying = build(&cnn, &local(TriggerConfig::Periodic { every: 4 }, replay()), &data, vocab_size);
-    let stats = one_epoch(&mut replaying, &data, &train);
+    let stats = one_epoch(replaying.as_mut(), &data, &train);
     let (forward, backward) = link_bytes(&stats);
     assert!((forward - synced * full_forward).abs() < 1e-6 && (backward - synced * full_backward).abs() < 1e-6);
     let sync = stats.figures.sync().unwrap();
@@ -195,7 +198,7 @@ fn between_real_steps_replay_moves_no_byte_transfers_go_forward_only_and_labels_
         aux_weight: 1.0,
         ..local(TriggerConfig::Periodic { every: 4 }, LaterStages::Predict { predictor: PredictorConfig::Static })
     };
-    let stats = one_epoch(&mut build(&cnn, &transferring, &data, vocab_size), &data, &train);
+    let stats = one_epoch(build(&cnn, &transferring, &data, vocab_size).as_mut(), &data, &train);
     let sync = stats.figures.sync().unwrap();
     // Steps 2, 6, 10 transfer (the 2nd after each real step); step 13 is the 1st after 12.
     assert_eq!((sync.sync_steps, sync.local_steps, sync.transfer_steps), (4, 10, 3));
@@ -212,7 +215,7 @@ fn between_real_steps_replay_moves_no_byte_transfers_go_forward_only_and_labels_
 
 /// Runs the first `split` batches of an epoch, checkpoints, and runs the rest on a second
 /// strategy restored from it; the parameters must equal those of one uninterrupted run.
-fn resumes_exactly(name: &str, make: &dyn Fn() -> ModelParallel<B>, data: &Encoded, split: usize) {
+fn resumes_exactly(name: &str, make: &dyn Fn() -> Box<dyn Strategy<B>>, data: &Encoded, split: usize) {
     let train = exact_train_config();
     let batches = epoch_batches(data, &train);
     let plan = |range: std::ops::Range<usize>| EpochPlan {
@@ -274,9 +277,9 @@ fn every_protocol_resumes_from_a_checkpoint_to_the_same_parameters() {
         let config =
             PredictiveSyncConfig { model_parallel: mp(Schedule::GPIPE), predictor, trigger, replay_batches: 2 };
         let make = || {
-            config
-                .build::<B>(initial_model(&lstm, vocab_size), &train, vec![Default::default(); 2], &data, None)
-                .unwrap()
+            let model = initial_model(&lstm, vocab_size);
+            let devices = vec![Default::default(); 2];
+            config.build::<B>(Ingredients { model, train: &train, devices, data: &data, ranks: None }).unwrap()
         };
         resumes_exactly(&config.label(), &make, &data, 7);
     }

@@ -2,7 +2,7 @@
 
 use burn::backend::{Autodiff, NdArray};
 use tandem_models::Architecture;
-use tandem_parallel::{ModelParallel, ModelParallelConfig, Schedule};
+use tandem_parallel::{Ingredients, ModelParallel, ModelParallelConfig, Schedule, StrategyKind};
 use tandem_sync::{PredictiveSyncConfig, PredictorConfig, TriggerConfig};
 use tandem_testing::{
     exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
@@ -51,9 +51,15 @@ fn a_sync_on_every_step_is_vanilla_model_parallelism() {
         for predictor in [PredictorConfig::default(), PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }] {
             let sync = sync_config(predictor.clone(), TriggerConfig::Periodic { every: 1 });
             let mut strategy = sync
-                .build::<B>(initial_model(&config, vocab_size), &train, vec![Default::default(); 2], &data, None)
+                .build::<B>(Ingredients {
+                    model: initial_model(&config, vocab_size),
+                    train: &train,
+                    devices: vec![Default::default(); 2],
+                    data: &data,
+                    ranks: None,
+                })
                 .unwrap();
-            let got = one_epoch(&mut strategy, &data, &train);
+            let got = one_epoch(strategy.as_mut(), &data, &train);
             let diff = relative_difference(&strategy.model().parameter_values(), &vanilla.model().parameter_values());
             // Bit-identical in every local run; one CI run (of ~17) saw 1.3e-6 on the LSTM, whose
             // time loop is now one autodiff node (source not found yet), so: rounding-level equal.
@@ -83,9 +89,16 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let cnn = &toy_model(Architecture::Cnn);
     let run = |predictor: PredictorConfig| {
         let sync = sync_config(predictor, TriggerConfig::Periodic { every: 4 });
-        let mut strategy =
-            sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
-        let stats = one_epoch(&mut strategy, &data, &train);
+        let mut strategy = sync
+            .build::<B>(Ingredients {
+                model: initial_model(cnn, vocab_size),
+                train: &train,
+                devices: vec![Default::default(); 2],
+                data: &data,
+                ranks: None,
+            })
+            .unwrap();
+        let stats = one_epoch(strategy.as_mut(), &data, &train);
         (stats, strategy.model().parameter_values())
     };
     let mut vanilla =
@@ -125,9 +138,16 @@ fn a_replay_buffer_trains_the_kept_skipped_batches_at_the_next_sync() {
             replay_batches,
             ..sync_config(PredictorConfig::Static, TriggerConfig::Periodic { every: 4 })
         };
-        let mut strategy =
-            sync.build::<B>(initial_model(cnn, vocab_size), &train, vec![Default::default(); 2], &data, None).unwrap();
-        one_epoch(&mut strategy, &data, &train)
+        let mut strategy = sync
+            .build::<B>(Ingredients {
+                model: initial_model(cnn, vocab_size),
+                train: &train,
+                devices: vec![Default::default(); 2],
+                data: &data,
+                ranks: None,
+            })
+            .unwrap();
+        one_epoch(strategy.as_mut(), &data, &train)
     };
     let bytes = |stats: &tandem_train::TrainStats| stats.figures.bytes_per_step().unwrap();
     let none = run(0);

@@ -9,7 +9,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
 use tandem_models::{Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
-use tandem_train::{EpochPlan, EpochRecord, Hooks, Start, Strategy, TrainConfig, TrainStats};
+use tandem_train::{EpochPlan, EpochRecord, Observer, Point, Start, Strategy, TrainConfig, TrainStats};
 
 /// Tokens per toy sample.
 pub const TOY_MAX_LEN: usize = 10;
@@ -168,11 +168,14 @@ pub fn train_toy<B: AutodiffBackend>(
     holdout: &Encoded,
 ) -> Vec<EpochRecord> {
     let start = Start { rng_seed: 9, ..Default::default() };
-    tandem_train::train(strategy, config, 9, data, holdout, &Default::default(), quiet(), start).expect("training")
+    tandem_train::train(strategy, config, 9, data, holdout, &Default::default(), &mut Quiet, start).expect("training")
 }
 
-/// Hooks of an epoch loop that reports nothing and is never interrupted.
-pub fn quiet<'a, B: AutodiffBackend>() -> Hooks<'a, B> {
-    // A closure that captures nothing: leaking it allocates nothing.
-    Hooks { on_batch: &|_| {}, on_point: Box::leak(Box::new(|_, _| Ok(()))), interrupt: &|| false }
+/// An observer of the epoch loop that wants nothing and never interrupts.
+pub struct Quiet;
+
+impl<B: AutodiffBackend> Observer<B> for Quiet {
+    fn point(&mut self, _: Point, _: &dyn Strategy<B>) -> Result<(), String> {
+        Ok(())
+    }
 }

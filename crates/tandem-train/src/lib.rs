@@ -227,9 +227,9 @@ pub enum TrainError {
     Diverged { epoch: usize, loss: f64 },
     #[error("{0}")]
     Strategy(String),
-    /// The run stopped before its end: the caller's [`Hooks::on_point`] returned an error (a
-    /// results or checkpoint write that failed, a signal), or [`Hooks::interrupt`] paused it.
-    /// The message is the hook's own, which says what happened.
+    /// The run stopped before its end: the caller's [`Observer::point`] returned an error (a
+    /// results or checkpoint write that failed, a signal), or [`Observer::interrupted`] paused
+    /// it. The message is the observer's own, which says what happened.
     #[error("{0}")]
     Stopped(String),
 }
@@ -260,17 +260,28 @@ pub enum Point<'r> {
     Paused { points_done: usize, partial: &'r PartialPoint },
 }
 
-/// Receives each [`Point`] with the strategy that made it; an error stops the run.
-pub type OnPoint<'a, B> = dyn FnMut(Point, &dyn Strategy<B>) -> Result<(), String> + 'a;
-
-/// How the epoch loop talks to its caller.
-pub struct Hooks<'a, B: AutodiffBackend> {
-    /// After each global batch, with the samples it held (progress).
-    pub on_batch: &'a (dyn Fn(usize) + Sync),
-    /// Each record as soon as it exists, and a pause (to write both to disk).
-    pub on_point: &'a mut OnPoint<'a, B>,
+/// What the epoch loop tells its caller as it goes, and asks it.
+pub trait Observer<B: AutodiffBackend>: Sync {
+    /// After each global batch, with the samples it held (progress); called from the
+    /// strategy's workers.
+    fn batch(&self, _samples: usize) {}
     /// Whether to stop after the step in progress (see [`EpochPlan::interrupt`]).
-    pub interrupt: &'a (dyn Fn() -> bool + Sync),
+    fn interrupted(&self) -> bool {
+        false
+    }
+    /// Each record as soon as it exists, and a pause, with the strategy as it stands (to write
+    /// both to disk); an error stops the run.
+    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), String>;
+}
+
+/// A closure is an observer of points alone: no progress wanted, never interrupted.
+impl<B: AutodiffBackend, F> Observer<B> for F
+where
+    F: FnMut(Point, &dyn Strategy<B>) -> Result<(), String> + Sync,
+{
+    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), String> {
+        self(point, strategy)
+    }
 }
 
 /// Where the epoch loop starts, and the seed of the backend's random numbers (dropout).
@@ -291,10 +302,9 @@ fn point_seed(rng_seed: u64, step: usize) -> u64 {
 }
 
 /// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
-/// epoch on `eval_device`, from `start`. `hooks.on_point` receives each record as soon as it
-/// exists, with the strategy (to write both to disk), and may stop the run by returning an
-/// error; an interrupt pauses the run part-way through a point (reported, then
-/// [`TrainError::Stopped`]). Returns the records made by this call.
+/// epoch on `eval_device`, from `start`. `observer` receives each record as soon as it exists,
+/// with the strategy (to write both to disk), and may stop the run by returning an error; an
+/// interrupt pauses the run part-way through a point (reported, then [`TrainError::Stopped`]). Returns the records made by this call.
 #[allow(clippy::too_many_arguments)] // the epoch loop's inputs, each named at the call
 pub fn train<B: AutodiffBackend>(
     strategy: &mut dyn Strategy<B>,
@@ -303,7 +313,7 @@ pub fn train<B: AutodiffBackend>(
     train: &Encoded,
     holdout: &Encoded,
     eval_device: &B::Device,
-    hooks: Hooks<B>,
+    observer: &mut dyn Observer<B>,
     mut start: Start,
 ) -> Result<Vec<EpochRecord>, TrainError> {
     let steps_per_epoch = config.steps_per_epoch(train.len());
@@ -328,6 +338,8 @@ pub fn train<B: AutodiffBackend>(
             let done = before.as_ref().map_or(0, |b| b.stats.steps).min(range.len());
             let first_step = point_start + done;
             B::seed(eval_device, point_seed(start.rng_seed, first_step));
+            let watching: &dyn Observer<B> = &*observer;
+            let (on_batch, interrupt) = (|samples| watching.batch(samples), || watching.interrupted());
             let plan = EpochPlan {
                 epoch,
                 batches: batches[range.start + done..range.end].to_vec(),
@@ -335,8 +347,8 @@ pub fn train<B: AutodiffBackend>(
                 first_step,
                 total_steps,
                 rng_seed: start.rng_seed,
-                on_batch: hooks.on_batch,
-                interrupt: hooks.interrupt,
+                on_batch: &on_batch,
+                interrupt: &interrupt,
             };
             let started = Instant::now();
             let stats = strategy.train_epoch(&plan)?;
@@ -353,7 +365,8 @@ pub fn train<B: AutodiffBackend>(
             }
             if stats.steps < range.len() {
                 let partial = PartialPoint { stats, train_seconds };
-                (hooks.on_point)(Point::Paused { points_done: point - 1, partial: &partial }, &*strategy)
+                observer
+                    .point(Point::Paused { points_done: point - 1, partial: &partial }, &*strategy)
                     .map_err(TrainError::Stopped)?;
                 return Err(TrainError::Stopped(format!(
                     "stopped as asked after step {} of {} of this point",
@@ -383,7 +396,7 @@ pub fn train<B: AutodiffBackend>(
                 prequential_samples: stats.tested,
                 figures: stats.figures,
             };
-            (hooks.on_point)(Point::Recorded(&record), &*strategy).map_err(TrainError::Stopped)?;
+            observer.point(Point::Recorded(&record), &*strategy).map_err(TrainError::Stopped)?;
             records.push(record);
         }
     }

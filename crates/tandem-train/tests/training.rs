@@ -6,10 +6,10 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tolerance;
 use tandem_models::{Architecture, Classifier, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
-use tandem_testing::{quiet, toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
+use tandem_testing::{toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
 use tandem_train::{
-    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, Hooks, PartialPoint, Point,
+    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, Observer, PartialPoint, Point,
     Sequential, Start, StateParts, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats,
 };
 
@@ -37,7 +37,7 @@ fn run<B: AutodiffBackend>(model: &ModelConfig, cfg: &TrainConfig, seed: u64) ->
         &train_data,
         &holdout,
         &device,
-        Hooks { on_batch: &|_| {}, on_point: &mut |_, _| Ok(()), interrupt: &|| false },
+        &mut tandem_testing::Quiet,
         Start { rng_seed: seed, ..Default::default() },
     )
     .unwrap()
@@ -240,7 +240,9 @@ fn recorded_run(stream: Option<StreamConfig>) -> (Vec<EpochRecord>, Vec<Vec<usiz
     let initial =
         toy_model(Architecture::Cnn).init::<Nd>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device);
     let mut strategy = Recording { inner: Sequential::new(initial.clone(), &cfg, device), batches: Vec::new() };
-    let records = train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, quiet(), Start::default()).unwrap();
+    let records =
+        train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, &mut tandem_testing::Quiet, Start::default())
+            .unwrap();
     (records, strategy.batches, initial)
 }
 
@@ -300,10 +302,44 @@ enum Stop {
 }
 
 /// What a stopped run leaves to continue from.
+#[derive(Default)]
 struct Stopped {
     records: Vec<EpochRecord>,
     state: StateParts,
     partial: Option<PartialPoint>,
+}
+
+/// Keeps what a run leaves, and stops it as `stop` says.
+struct Stopping {
+    stop: Stop,
+    steps: AtomicUsize,
+    left: Stopped,
+}
+
+impl<B: AutodiffBackend> Observer<B> for Stopping {
+    fn batch(&self, _: usize) {
+        self.steps.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn interrupted(&self) -> bool {
+        matches!(self.stop, Stop::AfterSteps(n) if self.steps.load(Ordering::SeqCst) >= n)
+    }
+
+    fn point(&mut self, point: Point, s: &dyn Strategy<B>) -> Result<(), String> {
+        let left = &mut self.left;
+        left.state = s.state()?;
+        match point {
+            Point::Recorded(record) => left.records.push(record.clone()),
+            Point::Paused { points_done, partial } => {
+                assert_eq!(points_done, left.records.len());
+                left.partial = Some(partial.clone());
+            }
+        }
+        match self.stop == Stop::AfterRecords(left.records.len()) {
+            true => Err("stopped".into()),
+            false => Ok(()),
+        }
+    }
 }
 
 /// Trains 3 epochs of a lazily updated, dropout-using GRU from `start` (restoring `state` first
@@ -319,28 +355,9 @@ fn resumable_run<B: AutodiffBackend>(start: Start, state: Option<&StateParts>, s
     if let Some(state) = state {
         strategy.restore(state).unwrap();
     }
-    let mut left = Stopped { records: Vec::new(), state: StateParts::default(), partial: None };
-    let steps = AtomicUsize::new(0);
-    let on_batch = |_| {
-        steps.fetch_add(1, Ordering::SeqCst);
-    };
-    let interrupt = || matches!(stop, Stop::AfterSteps(n) if steps.load(Ordering::SeqCst) >= n);
-    let mut on_point = |point: Point, s: &dyn Strategy<B>| {
-        left.state = s.state()?;
-        match point {
-            Point::Recorded(record) => left.records.push(record.clone()),
-            Point::Paused { points_done, partial } => {
-                assert_eq!(points_done, left.records.len());
-                left.partial = Some(partial.clone());
-            }
-        }
-        match stop == Stop::AfterRecords(left.records.len()) {
-            true => Err("stopped".into()),
-            false => Ok(()),
-        }
-    };
-    let hooks = Hooks { on_batch: &on_batch, on_point: &mut on_point, interrupt: &interrupt };
-    let result = train(&mut strategy, &cfg, 3, &train_data, &holdout, &device, hooks, start);
+    let mut observer = Stopping { stop, steps: AtomicUsize::new(0), left: Stopped::default() };
+    let result = train(&mut strategy, &cfg, 3, &train_data, &holdout, &device, &mut observer, start);
+    let left = observer.left;
     assert_eq!(result.is_err(), stop != Stop::Never);
     (left, strategy.model().parameter_values())
 }
@@ -374,25 +391,25 @@ fn a_run_resumed_from_its_state_ends_where_an_uninterrupted_one_does_on_ndarray(
     resumes_exactly::<Autodiff<NdArray>>();
 }
 
+type Nd = Autodiff<NdArray>;
+
 /// Trains a toy CNN with `cfg` until `on_point` returns an error (or the end).
-fn run_with_hook(
+fn run_observed(
     cfg: &TrainConfig,
-    on_point: &mut tandem_train::OnPoint<Autodiff<NdArray>>,
+    mut on_point: impl FnMut(Point, &dyn Strategy<Nd>) -> Result<(), String> + Sync,
 ) -> Result<usize, TrainError> {
-    type Nd = Autodiff<NdArray>;
     let (train_data, holdout, vocab_size) = toy_data();
     let device = Default::default();
     let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
     let mut strategy = Sequential::new(toy_model(Architecture::Cnn).init::<Nd>(&input, &device), cfg, device);
-    let hooks = Hooks { on_batch: &|_| {}, on_point, interrupt: &|| false };
-    train(&mut strategy, cfg, 1, &train_data, &holdout, &device, hooks, Start::default()).map(|r| r.len())
+    train(&mut strategy, cfg, 1, &train_data, &holdout, &device, &mut on_point, Start::default()).map(|r| r.len())
 }
 
 #[test]
-fn a_failing_hook_is_reported_in_its_own_words() {
+fn a_failing_observer_is_reported_in_its_own_words() {
     let _serial = serial();
     let failure = "cannot write results/demo/epochs.jsonl: No space left on device (os error 28)";
-    let err = run_with_hook(&config(2), &mut |_, _| Err(failure.to_string())).unwrap_err();
+    let err = run_observed(&config(2), |_, _| Err(failure.to_string())).unwrap_err();
     assert!(matches!(err, TrainError::Stopped(_)), "{err:?}");
     assert_eq!(err.to_string(), failure, "no prefix blaming the caller for an I/O failure");
 }
@@ -407,7 +424,7 @@ fn epochs_beyond_the_limit_are_refused_and_never_reserved_for() {
     config(TrainConfig::MAX_EPOCHS).validate().unwrap();
     // Unvalidated, a huge count neither overflows nor reserves memory for epochs that never run.
     let mut records = 0;
-    let err = run_with_hook(&config(usize::MAX), &mut |_, _| {
+    let err = run_observed(&config(usize::MAX), |_, _| {
         records += 1;
         Err("enough".into())
     })

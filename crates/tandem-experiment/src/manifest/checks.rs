@@ -5,7 +5,7 @@
 use tandem_models::{InputSpec, ModelConfig};
 use tandem_parallel::{ModelParallelConfig, Schedule};
 
-use super::{Manifest, SequentialConfig, StrategyConfig};
+use super::{Manifest, StrategyConfig};
 use crate::backend::DeviceSpec;
 use crate::memory::{gib, parameter_count, training_bytes, MAX_SEQUENCE_LEN, MAX_TRAINING_BYTES};
 
@@ -82,7 +82,7 @@ pub(super) fn check(m: &Manifest, strategy_path: &dyn Fn(usize) -> String) -> Re
     }
     for (i, strategy) in m.strategies.iter().enumerate() {
         let path = strategy_path(i);
-        validate_strategy(strategy).map_err(|msg| Problem::nested(&path, &msg))?;
+        strategy.kind().validate().map_err(|msg| Problem::nested(&path, &msg))?;
         if m.strategies[..i].iter().any(|o| o.label() == strategy.label()) {
             return Err(Problem::new(path, format!("`{}` is listed twice", strategy.label())));
         }
@@ -148,17 +148,6 @@ fn check_data(m: &Manifest) -> Result<(), Problem> {
     Ok(())
 }
 
-fn validate_strategy(strategy: &StrategyConfig) -> Result<(), String> {
-    match strategy {
-        StrategyConfig::Sequential(SequentialConfig { threads: Some(0) }) => Err("`threads` must be at least 1".into()),
-        StrategyConfig::Sequential(_) => Ok(()),
-        StrategyConfig::DataParallel(c) => c.validate(),
-        StrategyConfig::ModelParallel(c) => c.validate(),
-        StrategyConfig::PredictiveSync(c) => c.validate(),
-        StrategyConfig::LocalLearning(c) => c.validate(),
-    }
-}
-
 /// The input `validate` checks models against: the vocabulary at its largest.
 fn input_of(m: &Manifest) -> InputSpec {
     InputSpec { vocab_size: m.data.vocab.max_size, max_len: m.data.max_len, num_classes: tandem_data::NUM_CLASSES }
@@ -207,12 +196,8 @@ fn check_models(m: &Manifest) -> Result<(), Problem> {
 
 /// The model-parallel settings of a strategy that cuts the model into stages, and their path.
 fn model_parallel_of<'a>(strategy: &'a StrategyConfig, path: &str) -> Option<(&'a ModelParallelConfig, String)> {
-    match strategy {
-        StrategyConfig::ModelParallel(c) => Some((c, path.to_string())),
-        StrategyConfig::PredictiveSync(c) => Some((&c.model_parallel, format!("{path}.model_parallel"))),
-        StrategyConfig::LocalLearning(c) => Some((&c.model_parallel, format!("{path}.model_parallel"))),
-        _ => None,
-    }
+    let (mp, key) = strategy.kind().model_parallel()?;
+    Some((mp, key.map_or(path.to_string(), |key| format!("{path}.{key}"))))
 }
 
 /// Stages, cuts and micro-batches against every model's blocks and batch size.

@@ -4,7 +4,7 @@ use tandem_parallel::{fingerprint, Ranks};
 
 use super::RunError;
 use crate::backend::BackendKind;
-use crate::manifest::{Manifest, StrategyConfig};
+use crate::manifest::Manifest;
 
 /// Checks, on every rank of a multi-process job, that all ranks run the same Tandem version,
 /// manifest and backend, and that every strategy can span ranks. Any mismatch fails every rank
@@ -16,23 +16,20 @@ pub(super) fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn R
     ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(config)?;
     check_job_size(manifest, ranks.size())?;
     for strategy in &manifest.strategies {
-        match (strategy, strategy.stages()) {
-            (StrategyConfig::DataParallel(_), _) => {}
-            (_, Some(stages)) if stages % ranks.size() == 0 => {}
-            (_, Some(stages)) => {
+        let (name, size) = (strategy.name(), ranks.size());
+        match (strategy.kind().spans_ranks(), strategy.stages()) {
+            (false, _) => {
                 return Err(config(format!(
-                    "strategy `{}`: its {stages} stages cannot be spread evenly over the job's {} ranks (make `stages` a multiple of {})",
-                    strategy.name(),
-                    ranks.size(),
-                    ranks.size()
+                    "strategy `{name}` runs in one process; only strategies of several replicas or stages span ranks \
+                     (run it without mpirun)"
                 )))
             }
-            (_, None) => {
+            (true, Some(stages)) if stages % size != 0 => {
                 return Err(config(format!(
-                    "strategy `{}` runs in one process; data-parallel, model-parallel and predictive-sync span ranks (run it without mpirun)",
-                    strategy.name()
+                    "strategy `{name}`: its {stages} stages cannot be spread evenly over the job's {size} ranks (make `stages` a multiple of {size})"
                 )))
             }
+            _ => {}
         }
     }
     Ok(())

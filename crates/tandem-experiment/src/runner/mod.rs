@@ -3,12 +3,12 @@
 //! - [`console`]: the banner, run counter and progress bars a person sees;
 //! - [`context`]: what one run needs, whatever the backend;
 //! - [`job`]: the checks of a multi-process job (every rank runs the same thing);
-//! - [`devices`]: which devices a run computes on;
-//! - [`one_run`]: one run's folder, progress and summary;
-//! - [`checkpoints`]: the checkpoint file of a run;
-//! - [`resume`]: what an existing run folder means (skip, resume, refuse) and its lock;
-//! - [`signals`]: Ctrl-C and SIGTERM;
-//! - [`training`]: the model and strategy on a concrete backend, trained.
+//! - [`one_run`]: one run, start to end, in three steps:
+//!   - [`plan`]: which run, its folder, and whether it is skipped, started or resumed
+//!     ([`resume`]: what an existing run folder means, and its lock);
+//!   - [`setup`]: on a concrete backend, its devices ([`devices`]), model and strategy;
+//!   - [`training`]: the epoch loop, observed by a [`recorder`] that writes `epochs.jsonl`
+//!     and the checkpoints ([`checkpoints`]) and stops at a signal ([`signals`]).
 
 mod checkpoints;
 mod console;
@@ -16,7 +16,10 @@ mod context;
 mod devices;
 mod job;
 mod one_run;
+mod plan;
+mod recorder;
 mod resume;
+mod setup;
 mod signals;
 mod training;
 
@@ -181,7 +184,8 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
         for strategy in &manifest.strategies {
             for &seed in &manifest.experiment.seeds {
                 console.begin_run(&console::run_name(model, strategy, seed));
-                let summary = run_one(manifest, model, strategy, seed, backend, &devices, &data, options)?;
+                let key = plan::RunKey { entry: model, strategy, seed };
+                let summary = run_one(manifest, key, backend, &devices, &data, options)?;
                 console.end_run();
                 if let Some(signal) = signals::agreed_stop(ranks, strategy.timeout()).map_err(RunError::Job)? {
                     return Err(RunError::Interrupted { signal });

@@ -9,7 +9,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
-use crate::optimizer::AdamWScalars;
+use crate::adamw::AdamWScalars;
 
 /// Burn's AdamW arithmetic, in its order, value by value (f32). The gradient may be a strided
 /// view (a slice of a concatenated weight's gradient) and is first clipped: multiplied by

@@ -11,8 +11,8 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
 use super::{recurrence::taped, GpuKernels, RecurrenceTape};
+use crate::adamw::AdamWScalars;
 use crate::kernels::recurrence::Cell;
-use crate::optimizer::AdamWScalars;
 
 type Handles<B> = HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
 

@@ -13,8 +13,8 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
+use crate::adamw::AdamWScalars;
 use crate::kernels::recurrence::Cell;
-use crate::optimizer::AdamWScalars;
 
 /// What the forward kernel keeps for the backward one, as tensors `T` of the backend.
 #[derive(Clone, Debug)]

@@ -1,8 +1,12 @@
 //! `[strategy] kind = "model-parallel"`: how the model is cut, placed and scheduled.
 
+use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
+use tandem_train::Strategy;
 
+use super::ModelParallel;
 use crate::compression::CompressionConfig;
+use crate::kind::{Ingredients, StrategyKind};
 use crate::link::Interconnect;
 use crate::schedule::{Layout, Schedule};
 
@@ -72,8 +76,58 @@ impl Default for ModelParallelConfig {
 }
 
 impl ModelParallelConfig {
-    /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Pieces the model is cut into: `stages × virtual_stages`.
+    pub fn pieces(&self) -> usize {
+        self.stages * self.virtual_stages
+    }
+
+    /// The layout of a global batch of `micro` micro-batches.
+    pub fn layout(&self, micro: usize) -> Layout {
+        Layout { devices: self.stages, virtual_stages: self.virtual_stages, micro }
+    }
+
+    /// Micro-batches a global batch of `samples` samples runs as: the schedule's count, at most
+    /// one per sample.
+    pub fn micro_batches_for(&self, samples: usize) -> usize {
+        self.schedule.micro_batches(self.micro_batches).min(samples).max(1)
+    }
+
+    /// What a run name says of these settings after the kind, e.g. `-2s-gpipe-8m`,
+    /// `-2s-naive-1gbe`, `-3s-cuts1-3-1f1b-4m` or `-2s-2v-interleaved-1f1b-4m`.
+    pub fn settings_label(&self) -> String {
+        let mut label = format!("-{}s", self.stages);
+        if self.virtual_stages != 1 {
+            label += &format!("-{}v", self.virtual_stages);
+        }
+        match (&self.cuts, self.balance) {
+            (Some(cuts), _) => {
+                label += &format!("-cuts{}", cuts.iter().map(usize::to_string).collect::<Vec<_>>().join("-"))
+            }
+            (None, Balance::Params) => label += "-params",
+            (None, Balance::Time) => {}
+        }
+        label += &format!("-{}", self.schedule.name());
+        if self.schedule != Schedule::NAIVE {
+            label += &format!("-{}m", self.micro_batches);
+        }
+        if self.interconnect.figures().is_some() {
+            label += &format!("-{}", self.interconnect.name());
+        }
+        label + &self.compression.label()
+    }
+}
+
+impl StrategyKind for ModelParallelConfig {
+    fn name(&self) -> &'static str {
+        "model-parallel"
+    }
+
+    /// E.g. `model-parallel-2s-gpipe-8m`.
+    fn label(&self) -> String {
+        format!("model-parallel{}", self.settings_label())
+    }
+
+    fn validate(&self) -> Result<(), String> {
         if self.stages == 0 {
             return Err("`stages` must be at least 1".into());
         }
@@ -100,44 +154,20 @@ impl ModelParallelConfig {
         self.interconnect.validate()
     }
 
-    /// Pieces the model is cut into: `stages × virtual_stages`.
-    pub fn pieces(&self) -> usize {
-        self.stages * self.virtual_stages
+    fn devices(&self) -> usize {
+        self.stages
     }
 
-    /// The layout of a global batch of `micro` micro-batches.
-    pub fn layout(&self, micro: usize) -> Layout {
-        Layout { devices: self.stages, virtual_stages: self.virtual_stages, micro }
+    fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {
+        Some((self, None))
     }
 
-    /// Micro-batches a global batch of `samples` samples runs as: the schedule's count, at most
-    /// one per sample.
-    pub fn micro_batches_for(&self, samples: usize) -> usize {
-        self.schedule.micro_batches(self.micro_batches).min(samples).max(1)
+    fn model_parallel_mut(&mut self) -> Option<&mut ModelParallelConfig> {
+        Some(self)
     }
 
-    /// Short label for run names, e.g. `model-parallel-2s-gpipe-8m`, `model-parallel-2s-naive-1gbe`,
-    /// `model-parallel-3s-cuts1-3-1f1b-4m` or `model-parallel-2s-2v-interleaved-1f1b-4m`.
-    pub fn label(&self) -> String {
-        let mut label = format!("model-parallel-{}s", self.stages);
-        if self.virtual_stages != 1 {
-            label += &format!("-{}v", self.virtual_stages);
-        }
-        match (&self.cuts, self.balance) {
-            (Some(cuts), _) => {
-                label += &format!("-cuts{}", cuts.iter().map(usize::to_string).collect::<Vec<_>>().join("-"))
-            }
-            (None, Balance::Params) => label += "-params",
-            (None, Balance::Time) => {}
-        }
-        label += &format!("-{}", self.schedule.name());
-        if self.schedule != Schedule::NAIVE {
-            label += &format!("-{}m", self.micro_batches);
-        }
-        if self.interconnect.figures().is_some() {
-            label += &format!("-{}", self.interconnect.name());
-        }
-        label + &self.compression.label()
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+        Ok(Box::new(ModelParallel::for_job(with.model, with.train, self, with.devices, with.data, with.ranks)?))
     }
 }
 

@@ -14,7 +14,7 @@ use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::AnyOptimizer;
 use tandem_train::{StateParts, TrainConfig};
 
-use super::stage::Wire;
+use super::wire::Wire;
 
 /// An auxiliary classifier on a stage's output, trained with the stage.
 pub(super) struct AuxHead<B: AutodiffBackend> {

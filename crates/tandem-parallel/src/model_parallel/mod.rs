@@ -5,7 +5,8 @@
 //! is relayed over MPI ([`relay`]).
 //!
 //! - [`config`]: the manifest's settings; [`balance`]: where to cut.
-//! - [`stage`]: what runs — one stage's forward and backward passes and optimizer.
+//! - [`stage`]: what runs — one stage's forward and backward passes and optimizer; [`local`]:
+//!   its add-on for local learning; [`wire`]: what crosses a boundary.
 //! - [`executor`]: one device's timetable run for every batch; [`policy`]: the seam where a
 //!   protocol (predictive sync) decides what each batch does.
 //! - [`wiring`], [`relay`], [`scalar_sum`]: links, relays across ranks, and the scalar sums
@@ -22,6 +23,7 @@ mod policy;
 mod relay;
 mod scalar_sum;
 mod stage;
+mod wire;
 mod wiring;
 
 use std::sync::atomic::AtomicBool;
@@ -40,7 +42,8 @@ pub use balance::{balanced_cuts, profile_blocks};
 pub use config::{Balance, ModelParallelConfig};
 pub use executor::LABEL_BYTES;
 pub use policy::{Peers, StepError, StepInput, StepPlan, StepPolicy};
-pub use stage::{wire_bytes, MicroBatch, OwnStep, Stage, Wire};
+pub use stage::{MicroBatch, OwnStep, Stage};
+pub use wire::{wire_bytes, Wire};
 
 use balance::choose_cuts;
 use executor::{DeviceWork, Shared};
@@ -49,6 +52,7 @@ use payload::StageCodecs;
 use scalar_sum::ScalarSum;
 use wiring::{wire_up, AcrossRanks, Placement};
 
+use crate::kind::StrategyKind;
 use crate::ranks::{check_same_parameters, cross_rank_timeout, RankLink, Ranks};
 use crate::supervisor::{thread_pools, Gate, Stopped, Supervisor};
 

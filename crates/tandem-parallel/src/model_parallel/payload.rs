@@ -5,7 +5,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorData;
 use tandem_models::Activation;
 
-use super::stage::{wire_bytes, Wire};
+use super::wire::{wire_bytes, Wire};
 use crate::compression::{Codec, CompressionConfig};
 
 /// A message's values on a link.

@@ -19,14 +19,7 @@ use tandem_train::optim::{self, AnyOptimizer};
 use tandem_train::{StateParts, TrainConfig};
 
 use super::local::Local;
-
-/// What crosses a boundary: a plain (non-autodiff) activation or gradient.
-pub type Wire<B> = Activation<<B as AutodiffBackend>::InnerBackend>;
-
-/// Bytes a [`Wire`] value occupies on a link (4 per element: f32 features, i32 token ids).
-pub fn wire_bytes<B: AutodiffBackend>(value: &Wire<B>) -> usize {
-    value.num_elements() * 4
-}
+use super::wire::Wire;
 
 const HELD: &str = "a stage holds its module between optimizer steps";
 

@@ -1,0 +1,152 @@
+//! `[strategy]` (or `[[strategies]]`): the strategy kinds a manifest can name, each with its
+//! settings; what a kind says of itself is its [`StrategyKind`].
+
+use burn::tensor::backend::AutodiffBackend;
+use serde::{Deserialize, Serialize};
+use tandem_parallel::{DataParallelConfig, Ingredients, ModelParallelConfig, StrategyKind};
+use tandem_sync::{LocalLearningConfig, PredictiveSyncConfig};
+use tandem_train::{Sequential, Strategy, TrainConfig};
+
+/// `[strategy]` (or one `[[strategies]]` entry): how training is spread over devices.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum StrategyConfig {
+    /// One model on one device.
+    Sequential(SequentialConfig),
+    /// Replicas on several devices, gradients averaged by all-reduce.
+    DataParallel(DataParallelConfig),
+    /// The model cut into stages on several devices, run by a pipeline schedule.
+    ModelParallel(ModelParallelConfig),
+    /// Model parallelism whose stages skip most exchanges, predicting their parameters instead.
+    PredictiveSync(PredictiveSyncConfig),
+    /// Model parallelism whose stages keep learning between real steps, each on a loss of its
+    /// own (auxiliary heads, features replay, activations sent forward only).
+    LocalLearning(LocalLearningConfig),
+}
+
+impl Default for StrategyConfig {
+    fn default() -> Self {
+        Self::Sequential(SequentialConfig::default())
+    }
+}
+
+/// `kind = "sequential"`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SequentialConfig {
+    /// Compute threads, overriding `[train] threads` (e.g. the baseline on all cores).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+}
+
+impl StrategyConfig {
+    /// The kind's own account of itself: name, label, devices, checks.
+    pub fn kind(&self) -> &dyn StrategyKind {
+        match self {
+            Self::Sequential(c) => c,
+            Self::DataParallel(c) => c,
+            Self::ModelParallel(c) => c,
+            Self::PredictiveSync(c) => c,
+            Self::LocalLearning(c) => c,
+        }
+    }
+
+    fn kind_mut(&mut self) -> &mut dyn StrategyKind {
+        match self {
+            Self::Sequential(c) => c,
+            Self::DataParallel(c) => c,
+            Self::ModelParallel(c) => c,
+            Self::PredictiveSync(c) => c,
+            Self::LocalLearning(c) => c,
+        }
+    }
+
+    /// The strategy these settings describe.
+    pub fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+        match self {
+            Self::Sequential(c) => c.build(with),
+            Self::DataParallel(c) => c.build(with),
+            Self::ModelParallel(c) => c.build(with),
+            Self::PredictiveSync(c) => c.build(with),
+            Self::LocalLearning(c) => c.build(with),
+        }
+    }
+
+    /// Name recorded in results.
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// Names the run folder: the kind plus what tells two entries of one kind apart.
+    pub fn label(&self) -> String {
+        self.kind().label()
+    }
+
+    /// Compute threads per device for a model trained with `train`.
+    pub fn threads(&self, train: &TrainConfig) -> usize {
+        self.kind().threads().unwrap_or(train.threads)
+    }
+
+    /// The stages of a strategy that cuts the model into stages.
+    pub fn stages(&self) -> Option<usize> {
+        self.kind().model_parallel().map(|(mp, _)| mp.stages)
+    }
+
+    /// The model-parallel settings of a strategy that cuts the model into stages.
+    pub fn model_parallel_mut(&mut self) -> Option<&mut ModelParallelConfig> {
+        self.kind_mut().model_parallel_mut()
+    }
+
+    /// Copies of the whole model one process trains.
+    pub fn model_copies(&self) -> usize {
+        self.kind().model_copies()
+    }
+
+    /// How long the strategy's workers (and the processes of a job) wait for each other.
+    pub fn timeout(&self) -> std::time::Duration {
+        self.kind().timeout()
+    }
+
+    /// Number of devices the strategy computes on.
+    pub fn num_devices(&self) -> usize {
+        self.kind().devices()
+    }
+}
+
+impl StrategyKind for SequentialConfig {
+    fn name(&self) -> &'static str {
+        "sequential"
+    }
+
+    /// `sequential`, or `sequential-16t` with threads of its own.
+    fn label(&self) -> String {
+        match self.threads {
+            None => "sequential".into(),
+            Some(t) => format!("sequential-{t}t"),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match self.threads {
+            Some(0) => Err("`threads` must be at least 1".into()),
+            _ => Ok(()),
+        }
+    }
+
+    fn devices(&self) -> usize {
+        1
+    }
+
+    fn threads(&self) -> Option<usize> {
+        self.threads
+    }
+
+    fn spans_ranks(&self) -> bool {
+        false
+    }
+
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+        let device = with.devices.into_iter().next().ok_or("a sequential run needs a device")?;
+        Ok(Box::new(Sequential::new(with.model, with.train, device)))
+    }
+}

@@ -1,0 +1,64 @@
+//! What a strategy kind of a manifest (`[strategy] kind = "…"`) says of itself: its name and
+//! label, the devices it computes on, its checks, and how its strategy is built. The manifest
+//! lists the kinds; the runner, the checks and the messages ask the kind.
+
+use std::time::Duration;
+
+use burn::tensor::backend::AutodiffBackend;
+use tandem_data::Encoded;
+use tandem_models::Classifier;
+use tandem_train::{Strategy, TrainConfig};
+
+use crate::{ModelParallelConfig, Ranks};
+
+/// What a strategy is built from, besides its kind's settings.
+pub struct Ingredients<'a, B: AutodiffBackend> {
+    pub model: Classifier<B>,
+    pub train: &'a TrainConfig,
+    /// One per replica or stage; in a multi-process job, this rank's.
+    pub devices: Vec<B::Device>,
+    /// The training data (a model-parallel kind profiles its blocks on it to choose the cuts).
+    pub data: &'a Encoded,
+    /// The job's ranks, in a multi-process run.
+    pub ranks: Option<&'a dyn Ranks>,
+}
+
+/// A kind of strategy, as its manifest settings describe it.
+pub trait StrategyKind {
+    /// `kind = "…"` in a manifest.
+    fn name(&self) -> &'static str;
+    /// Names the run folder: the kind plus what tells two entries of one kind apart.
+    fn label(&self) -> String;
+    /// Checks values serde cannot; the message names the field.
+    fn validate(&self) -> Result<(), String>;
+    /// Devices the strategy computes on: one per replica or stage.
+    fn devices(&self) -> usize;
+    /// For a kind that cuts the model into stages: its model-parallel settings, and the key that
+    /// holds them in the strategy's table (`None`: they are the table's own keys).
+    fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {
+        None
+    }
+    fn model_parallel_mut(&mut self) -> Option<&mut ModelParallelConfig> {
+        None
+    }
+    /// Copies of the whole model one process trains (stages each hold a part of one copy).
+    fn model_copies(&self) -> usize {
+        1
+    }
+    /// How long the strategy's workers (and the processes of a job) wait for each other.
+    fn timeout(&self) -> Duration {
+        self.model_parallel().map_or(Duration::MAX, |(mp, _)| Duration::from_secs_f64(mp.timeout_seconds))
+    }
+    /// Compute threads per device, where the kind sets them instead of `[train] threads`.
+    fn threads(&self) -> Option<usize> {
+        None
+    }
+    /// Whether its replicas or stages can be spread over the processes of a job.
+    fn spans_ranks(&self) -> bool {
+        true
+    }
+    /// The strategy these settings describe, from `with`.
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String>
+    where
+        Self: Sized;
+}
