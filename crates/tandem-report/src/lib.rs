@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 
 use aggregate::{summarize, SettingTable, Stat};
 use document::{Block, Document};
-use tandem_results::{FindError, Run, RunState, StrategyFigures};
+use sync::Cut;
+use tandem_results::{FindError, Protocol, Run, RunState, StrategyFigures};
 
 /// Draws one plot of a setting as SVG text (`None`: nothing to plot).
 type Plot = fn(&SettingTable) -> Result<Option<String>, String>;
@@ -292,7 +293,7 @@ fn sync_table(doc: &mut Document, table: &SettingTable) {
                 vec![
                     c.model.clone(),
                     c.strategy.clone(),
-                    c.protocol.clone(),
+                    c.protocol.name().to_string(),
                     c.predictor.clone(),
                     c.trigger.clone(),
                     c.reference.clone(),
@@ -302,8 +303,10 @@ fn sync_table(doc: &mut Document, table: &SettingTable) {
                     format!("{:+.1}", c.accuracy_change),
                     match &c.versus_static {
                         Some((_, d)) => format!("{d:+.1}"),
-                        None if c.protocol == "predictive" && c.predictor == "static" => "(the control)".into(),
-                        None if c.protocol == "predictive" => "no static run at this sync count".into(),
+                        None if c.control => "(the control)".into(),
+                        None if c.protocol == Cut::Between(Protocol::Predictive) => {
+                            "no static run at this sync count".into()
+                        }
                         None => "—".into(),
                     },
                     c.prequential.map_or("—".into(), |p| format!("{:.1}", p * 100.0)),

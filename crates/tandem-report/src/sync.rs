@@ -7,7 +7,7 @@
 //! Read from the runs' last records: a pipeline's sync figures (protocol, predictor, trigger,
 //! sync steps) and its compression. A vanilla run is a pipeline with neither.
 
-use tandem_results::{PipelineFigures, StrategyFigures, SyncFigures};
+use tandem_results::{PipelineFigures, Protocol, StrategyFigures, SyncFigures};
 
 use crate::aggregate::{Group, SettingTable, Stat};
 
@@ -18,14 +18,33 @@ pub const TARGET_SPEEDUP: f64 = 5.0;
 /// … losing at most this many accuracy points.
 pub const TARGET_POINTS_LOST: f64 = 3.0;
 
+/// How a group cuts communication: a protocol between real steps, or real steps every time over
+/// compressed boundaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    Between(Protocol),
+    Compressed,
+}
+
+impl Cut {
+    /// As the report's tables name it: `predictive`, `local` or `compressed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cut::Between(protocol) => protocol.name(),
+            Cut::Compressed => "compressed",
+        }
+    }
+}
+
 /// One protocol group against its vanilla model-parallel reference.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SyncComparison {
     pub model: String,
     pub strategy: String,
-    /// `predictive`, `local` or `compressed`.
-    pub protocol: String,
+    pub protocol: Cut,
     pub predictor: String,
+    /// Predictive synchronisation's control: the static predictor.
+    pub control: bool,
     pub trigger: String,
     /// The vanilla model-parallel strategy compared with.
     pub reference: String,
@@ -61,14 +80,13 @@ fn shape(p: &PipelineFigures) -> (usize, &[usize], &str, usize, &str) {
     (p.stages, &p.cuts, &p.schedule, p.micro_batches, &p.interconnect)
 }
 
-/// The group's protocol: `predictive` or `local` (results older than the field: `predictive`),
-/// or `compressed` for a vanilla pipeline whose boundaries compress.
-fn protocol_of(g: &Group) -> String {
-    match sync(g) {
-        Some(s) if s.protocol.is_empty() => "predictive".into(),
-        Some(s) => s.protocol.clone(),
-        None => "compressed".into(),
-    }
+/// The group's protocol, or compression for a vanilla pipeline whose boundaries compress.
+fn protocol_of(g: &Group) -> Cut {
+    sync(g).map_or(Cut::Compressed, |s| Cut::Between(s.protocol))
+}
+
+fn is_control(g: &Group) -> bool {
+    sync(g).is_some_and(SyncFigures::is_control)
 }
 
 fn mean_sync_steps(g: &Group) -> Option<Stat> {
@@ -91,12 +109,12 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
             let sync_steps = mean_sync_steps(g);
             let protocol = protocol_of(g);
             let predictor = predictor_of(g);
-            let versus_static = (protocol == "predictive" && predictor != "static")
+            let predicts = protocol == Cut::Between(Protocol::Predictive) && !is_control(g);
+            let versus_static = predicts
                 .then(|| {
                     protocols.iter().find(|s| {
                         s.model == g.model
-                            && protocol_of(s) == "predictive"
-                            && predictor_of(s) == "static"
+                            && is_control(s)
                             && matches!((mean_sync_steps(s), sync_steps), (Some(a), Some(b)) if (a.mean - b.mean).abs() < 0.5)
                     })
                 })
@@ -107,6 +125,7 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 strategy: g.strategy.clone(),
                 protocol,
                 predictor,
+                control: is_control(g),
                 trigger: name(g, |s| &s.trigger, "every step"),
                 reference: vanilla.strategy.clone(),
                 sync_steps,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use tandem_report::aggregate::{pareto_front, summarize, Stat};
 use tandem_results::{
     find_runs, write_epochs, write_json, ClassificationMetrics, ConfusionMatrix, DataParallelFigures, EpochRecord,
-    LinkFigures, PipelineFigures, RunStart, RunState, RunStatus, RunSummary, StrategyFigures, SyncFigures,
+    LinkFigures, PipelineFigures, Protocol, RunStart, RunState, RunStatus, RunSummary, StrategyFigures, SyncFigures,
     TrafficPerStep,
 };
 
@@ -416,7 +416,7 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
         write_run(root.path(), RunSpec { figures, ..RunSpec::new("tf", strategy, 1, seconds, &[80]) });
     }
     let local = SyncFigures {
-        protocol: "local".into(),
+        protocol: Protocol::Local,
         predictor: "static".into(),
         trigger: "periodic".into(),
         sync_steps: 1,
@@ -439,7 +439,7 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
     let of = |strategy: &str| comparisons.iter().find(|c| c.strategy == strategy).unwrap();
     assert_eq!(comparisons.len(), 3, "the vanilla runs are references, not protocols");
     assert_eq!(
-        (of("local-a").protocol.as_str(), of("local-a").reference.as_str()),
+        (of("local-a").protocol.name(), of("local-a").reference.as_str()),
         ("local", "model-parallel-2s-cuts1-gpipe-4m")
     );
     assert!(close(of("local-a").speedup, 6.0) && close(of("local-a").communication_reduction.unwrap(), 40.0));
@@ -447,7 +447,7 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
     assert_eq!(of("local-b").reference, "model-parallel-2s-gpipe-4m", "the fastest vanilla run");
     assert!(!of("local-b").meets_target(), "4× faster and 5 points lost");
     let compressed = of("model-parallel-2s-gpipe-4m-a8g8");
-    assert_eq!((compressed.protocol.as_str(), compressed.trigger.as_str()), ("compressed", "every step"));
+    assert_eq!((compressed.protocol.name(), compressed.trigger.as_str()), ("compressed", "every step"));
     assert!(close(compressed.communication_reduction.unwrap(), 4.0));
     assert_eq!(tandem_report::sync::verdict("tf", &comparisons), "tf: met by local-a");
     let far = [compressed.clone()];

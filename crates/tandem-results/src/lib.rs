@@ -18,7 +18,8 @@ pub mod write;
 
 pub use backend::BackendKind;
 pub use figures::{
-    DataParallelFigures, LinkFigures, PipelineFigures, PipelineRanks, StrategyFigures, SyncFigures, TrafficPerStep,
+    DataParallelFigures, LinkFigures, PipelineFigures, PipelineRanks, Protocol, StrategyFigures, SyncFigures,
+    TrafficPerStep,
 };
 pub use folder::{find_runs, read_run, FindError, Run, RunState};
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};

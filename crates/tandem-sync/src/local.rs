@@ -10,7 +10,7 @@
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use tandem_parallel::{Peers, Stage, StepError, StepInput, StepPlan, StepPolicy};
-use tandem_results::SyncFigures;
+use tandem_results::{Protocol, SyncFigures};
 
 use crate::policy::{record_sync, vote, EpochCounts, Forecasts};
 use crate::predictor::PredictorConfig;
@@ -204,7 +204,7 @@ impl<B: AutodiffBackend> StepPolicy<B> for LocalPolicy<B> {
     }
 
     fn take_epoch_figures(&mut self) -> SyncFigures {
-        let figures = self.epoch.take("local", self.cadence.later.name(), self.trigger.config());
+        let figures = self.epoch.take(Protocol::Local, self.cadence.later.name(), self.trigger.config());
         SyncFigures {
             local_steps: std::mem::take(&mut self.local_steps),
             transfer_steps: std::mem::take(&mut self.transfer_steps),

@@ -11,7 +11,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Tensor};
 use tandem_models::Classifier;
 use tandem_parallel::{Peers, Stage, StepError, StepInput, StepPlan, StepPolicy};
-use tandem_results::SyncFigures;
+use tandem_results::{Protocol, SyncFigures};
 
 use crate::predictor::{Forecaster, PredictorConfig};
 use crate::trigger::{Evidence, Trigger, TriggerConfig};
@@ -47,11 +47,11 @@ pub(crate) struct EpochCounts {
 
 impl EpochCounts {
     /// The counts as figures (the pipeline adds the rest); starts a new record.
-    pub fn take(&mut self, protocol: &str, predictor: &str, trigger: &TriggerConfig) -> SyncFigures {
+    pub fn take(&mut self, protocol: Protocol, predictor: &str, trigger: &TriggerConfig) -> SyncFigures {
         let epoch = std::mem::take(self);
         let errors = &epoch.relative_errors;
         SyncFigures {
-            protocol: protocol.into(),
+            protocol,
             predictor: predictor.into(),
             trigger: trigger.name().into(),
             sync_steps: epoch.syncs,
@@ -290,7 +290,7 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
     }
 
     fn take_epoch_figures(&mut self) -> SyncFigures {
-        self.epoch.take("predictive", self.forecasts.predictor().name(), self.trigger.config())
+        self.epoch.take(Protocol::Predictive, self.forecasts.predictor().name(), self.trigger.config())
     }
 }
 

@@ -101,7 +101,11 @@ fn a_real_step_every_step_with_aux_weight_zero_is_vanilla_model_parallelism_on_e
         );
         assert_eq!(got.figures.bytes_per_step(), expected.figures.bytes_per_step(), "{name}: no label crosses");
         let sync = got.figures.sync().unwrap();
-        assert_eq!((sync.sync_steps, sync.local_steps, sync.protocol.as_str()), (14, 0, "local"), "{name}");
+        assert_eq!(
+            (sync.sync_steps, sync.local_steps, sync.protocol),
+            (14, 0, tandem_results::Protocol::Local),
+            "{name}"
+        );
         assert_eq!(
             sync.aux_parameters.iter().filter(|&&p| p > 0).count(),
             mp.pieces() - 1,

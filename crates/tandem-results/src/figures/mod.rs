@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub use data_parallel::DataParallelFigures;
 pub use pipeline::{LinkFigures, PipelineFigures, PipelineRanks, TrafficPerStep};
-pub use sync::SyncFigures;
+pub use sync::{Protocol, SyncFigures};
 
 /// A strategy's figures, by kind of strategy. In JSON: `"sequential"`, or an object with one
 /// key naming the kind (`{"data-parallel": {…}}`, `{"pipeline": {…}}`).

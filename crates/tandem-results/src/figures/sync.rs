@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 /// are the same on every stage); control bytes, label bytes and prediction time cover all stages.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct SyncFigures {
-    /// The protocol (`predictive`, `local`; absent in older results: `predictive`).
-    #[serde(default = "predictive", skip_serializing_if = "is_predictive")]
-    pub protocol: String,
+    /// The protocol (absent in older results: predictive).
+    #[serde(default, skip_serializing_if = "Protocol::is_predictive", deserialize_with = "protocol_or_older")]
+    pub protocol: Protocol,
     /// The predictor's and the trigger's names (local learning: the last stage's predictor, or
     /// `replay`).
     pub predictor: String,
@@ -45,12 +45,46 @@ pub struct SyncFigures {
     pub replayed_samples: usize,
 }
 
-fn predictive() -> String {
-    "predictive".into()
+/// What model-parallel stages do between real steps.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// Predictive synchronisation: the stages apply forecast updates.
+    #[default]
+    Predictive,
+    /// Local learning: the stages train on losses of their own.
+    Local,
 }
 
-fn is_predictive(protocol: &str) -> bool {
-    protocol == "predictive"
+impl Protocol {
+    /// As results and reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Predictive => "predictive",
+            Protocol::Local => "local",
+        }
+    }
+
+    fn is_predictive(&self) -> bool {
+        *self == Protocol::Predictive
+    }
+}
+
+/// The protocol as recorded; an empty name (results older than the field's values) is predictive.
+fn protocol_or_older<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Protocol, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    match name.as_str() {
+        "" => Ok(Protocol::Predictive),
+        _ => Protocol::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(&name)),
+    }
+}
+
+impl SyncFigures {
+    /// Whether the predictor is the static one, predictive synchronisation's control: no
+    /// forecast, the skipped batches simply not learned from.
+    pub fn is_control(&self) -> bool {
+        self.protocol == Protocol::Predictive && self.predictor == "static"
+    }
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -59,4 +93,22 @@ fn is_zero(x: &f64) -> bool {
 
 fn is_zero_count(n: &u64) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_protocol_reads_from_every_format_and_writes_only_when_not_predictive() {
+        let read = |json: &str| serde_json::from_str::<SyncFigures>(json).map(|f| f.protocol);
+        let rest = r#""predictor":"holt","trigger":"periodic","sync_steps":1,"predicted_steps":3,"horizons":{},"relative_error_mean":null,"control_bytes_per_step":0.0,"predict_seconds":[],"replayed_samples":0"#;
+        assert_eq!(read(&format!("{{{rest}}}")).unwrap(), Protocol::Predictive, "absent in older results");
+        assert_eq!(read(&format!(r#"{{"protocol":"",{rest}}}"#)).unwrap(), Protocol::Predictive);
+        assert_eq!(read(&format!(r#"{{"protocol":"local",{rest}}}"#)).unwrap(), Protocol::Local);
+        assert!(read(&format!(r#"{{"protocol":"telepathy",{rest}}}"#)).is_err());
+        let local = SyncFigures { protocol: Protocol::Local, ..Default::default() };
+        assert!(serde_json::to_string(&local).unwrap().contains(r#""protocol":"local""#));
+        assert!(!serde_json::to_string(&SyncFigures::default()).unwrap().contains("protocol"));
+    }
 }
