@@ -32,7 +32,9 @@ pub trait StrategyKind {
     /// Checks values serde cannot; the message names the field.
     fn validate(&self) -> Result<(), String>;
     /// Devices the strategy computes on: one per replica or stage.
-    fn devices(&self) -> usize;
+    fn devices(&self) -> usize {
+        self.model_parallel().map_or(1, |(mp, _)| mp.stages)
+    }
     /// For a kind that cuts the model into stages: its model-parallel settings, and the key that
     /// holds them in the strategy's table (`None`: they are the table's own keys).
     fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {

@@ -58,10 +58,6 @@ impl StrategyKind for PredictiveSyncConfig {
         format!("predictive-sync-{}-{trigger}{replay}{}", self.predictor.label(), self.model_parallel.settings_label())
     }
 
-    fn devices(&self) -> usize {
-        self.model_parallel.stages
-    }
-
     fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {
         Some((&self.model_parallel, Some("model_parallel")))
     }
@@ -196,10 +192,6 @@ impl StrategyKind for LocalLearningConfig {
             label += &format!("-w{:?}", self.aux_weight);
         }
         label + &self.model_parallel.settings_label()
-    }
-
-    fn devices(&self) -> usize {
-        self.model_parallel.stages
     }
 
     fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {

@@ -1,13 +1,14 @@
 //! The predictive-sync strategy against vanilla model parallelism.
 
 use burn::backend::{Autodiff, NdArray};
-use tandem_models::Architecture;
+use tandem_data::Encoded;
+use tandem_models::{Architecture, Classifier};
 use tandem_parallel::{Ingredients, ModelParallel, ModelParallelConfig, Schedule, StrategyKind};
 use tandem_sync::{PredictiveSyncConfig, PredictorConfig, TriggerConfig};
 use tandem_testing::{
     exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
 };
-use tandem_train::Strategy;
+use tandem_train::{Strategy, TrainConfig};
 
 type B = Autodiff<NdArray>;
 
@@ -32,6 +33,17 @@ fn sync_config(predictor: PredictorConfig, trigger: TriggerConfig) -> Predictive
     PredictiveSyncConfig { model_parallel: mp(), predictor, trigger, replay_batches: 0 }
 }
 
+/// `sync`'s strategy around `model`, its two stages on two devices.
+fn on_two_devices(
+    sync: &PredictiveSyncConfig,
+    model: Classifier<B>,
+    train: &TrainConfig,
+    data: &Encoded,
+) -> Box<dyn Strategy<B>> {
+    let devices = vec![Default::default(); 2];
+    sync.build::<B>(Ingredients { model, train, devices, data, ranks: None }).unwrap()
+}
+
 #[test]
 fn a_sync_on_every_step_is_vanilla_model_parallelism() {
     let _serial = serial();
@@ -50,15 +62,7 @@ fn a_sync_on_every_step_is_vanilla_model_parallelism() {
         let expected = one_epoch(&mut vanilla, &data, &train);
         for predictor in [PredictorConfig::default(), PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }] {
             let sync = sync_config(predictor.clone(), TriggerConfig::Periodic { every: 1 });
-            let mut strategy = sync
-                .build::<B>(Ingredients {
-                    model: initial_model(&config, vocab_size),
-                    train: &train,
-                    devices: vec![Default::default(); 2],
-                    data: &data,
-                    ranks: None,
-                })
-                .unwrap();
+            let mut strategy = on_two_devices(&sync, initial_model(&config, vocab_size), &train, &data);
             let got = one_epoch(strategy.as_mut(), &data, &train);
             let diff = relative_difference(&strategy.model().parameter_values(), &vanilla.model().parameter_values());
             // Bit-identical in every local run; one CI run (of ~17) saw 1.3e-6 on the LSTM, whose
@@ -89,15 +93,7 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
     let cnn = &toy_model(Architecture::Cnn);
     let run = |predictor: PredictorConfig| {
         let sync = sync_config(predictor, TriggerConfig::Periodic { every: 4 });
-        let mut strategy = sync
-            .build::<B>(Ingredients {
-                model: initial_model(cnn, vocab_size),
-                train: &train,
-                devices: vec![Default::default(); 2],
-                data: &data,
-                ranks: None,
-            })
-            .unwrap();
+        let mut strategy = on_two_devices(&sync, initial_model(cnn, vocab_size), &train, &data);
         let stats = one_epoch(strategy.as_mut(), &data, &train);
         (stats, strategy.model().parameter_values())
     };
@@ -138,15 +134,7 @@ fn a_replay_buffer_trains_the_kept_skipped_batches_at_the_next_sync() {
             replay_batches,
             ..sync_config(PredictorConfig::Static, TriggerConfig::Periodic { every: 4 })
         };
-        let mut strategy = sync
-            .build::<B>(Ingredients {
-                model: initial_model(cnn, vocab_size),
-                train: &train,
-                devices: vec![Default::default(); 2],
-                data: &data,
-                ranks: None,
-            })
-            .unwrap();
+        let mut strategy = on_two_devices(&sync, initial_model(cnn, vocab_size), &train, &data);
         one_epoch(strategy.as_mut(), &data, &train)
     };
     let bytes = |stats: &tandem_train::TrainStats| stats.figures.bytes_per_step().unwrap();

@@ -39,37 +39,32 @@ pub struct SequentialConfig {
     pub threads: Option<usize>,
 }
 
+/// `$body` on the settings of whichever kind `$config` is: the one list of the kinds' variants.
+macro_rules! on_kind {
+    ($config:expr, $settings:ident => $body:expr) => {
+        match $config {
+            StrategyConfig::Sequential($settings) => $body,
+            StrategyConfig::DataParallel($settings) => $body,
+            StrategyConfig::ModelParallel($settings) => $body,
+            StrategyConfig::PredictiveSync($settings) => $body,
+            StrategyConfig::LocalLearning($settings) => $body,
+        }
+    };
+}
+
 impl StrategyConfig {
     /// The kind's own account of itself: name, label, devices, checks.
     pub fn kind(&self) -> &dyn StrategyKind {
-        match self {
-            Self::Sequential(c) => c,
-            Self::DataParallel(c) => c,
-            Self::ModelParallel(c) => c,
-            Self::PredictiveSync(c) => c,
-            Self::LocalLearning(c) => c,
-        }
+        on_kind!(self, settings => settings)
     }
 
     fn kind_mut(&mut self) -> &mut dyn StrategyKind {
-        match self {
-            Self::Sequential(c) => c,
-            Self::DataParallel(c) => c,
-            Self::ModelParallel(c) => c,
-            Self::PredictiveSync(c) => c,
-            Self::LocalLearning(c) => c,
-        }
+        on_kind!(self, settings => settings)
     }
 
     /// The strategy these settings describe.
     pub fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
-        match self {
-            Self::Sequential(c) => c.build(with),
-            Self::DataParallel(c) => c.build(with),
-            Self::ModelParallel(c) => c.build(with),
-            Self::PredictiveSync(c) => c.build(with),
-            Self::LocalLearning(c) => c.build(with),
-        }
+        on_kind!(self, settings => settings.build(with))
     }
 
     /// Name recorded in results.
@@ -131,10 +126,6 @@ impl StrategyKind for SequentialConfig {
             Some(0) => Err("`threads` must be at least 1".into()),
             _ => Ok(()),
         }
-    }
-
-    fn devices(&self) -> usize {
-        1
     }
 
     fn threads(&self) -> Option<usize> {

@@ -154,10 +154,6 @@ impl StrategyKind for ModelParallelConfig {
         self.interconnect.validate()
     }
 
-    fn devices(&self) -> usize {
-        self.stages
-    }
-
     fn model_parallel(&self) -> Option<(&ModelParallelConfig, Option<&'static str>)> {
         Some((self, None))
     }
