@@ -16,7 +16,7 @@ mod inference;
     name = "tandem",
     version,
     about = "Train text classifiers under parallel-training strategies and compare them",
-    after_help = "Start here:\n  tandem data fetch\n  tandem run experiments/quickstart.toml\n  tandem report results/quickstart --out report"
+    after_help = "Start here:\n  tandem data fetch\n  tandem run experiments/quickstart.toml\n  tandem report results/quickstart --out report/quickstart"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -55,7 +55,7 @@ enum Command {
     /// Write a Markdown + HTML report with SVG plots from results folders
     /// (results roots, experiment folders or single runs).
     #[command(
-        after_help = "Example:\n  tandem report results/quickstart --out report   # then open report/report.html"
+        after_help = "Example:\n  tandem report results/quickstart --out report/quickstart   # then open report/quickstart/report.html"
     )]
     Report {
         /// Results roots, experiment folders or run folders, e.g. results/quickstart.
@@ -273,15 +273,18 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Validate { manifest: path, sets } => {
             let manifest = Manifest::load_with(&path, &sets.overrides).map_err(|e| e.to_string())?;
             manifest.check_paths().map_err(|e| e.to_string())?;
-            let runs = manifest.models.len() * manifest.strategies.len() * manifest.experiment.seeds.len();
+            let (models, strategies, seeds) =
+                (manifest.models.len(), manifest.strategies.len(), manifest.experiment.seeds.len());
+            let count = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
             println!(
-                "{}: valid — experiment `{}`, {} models × {} strategies ({}) × {} seeds = {runs} runs, backend {}",
+                "{}: valid — experiment `{}`, {} × {} ({}) × {} = {}, backend {}",
                 path.display(),
                 manifest.experiment.name,
-                manifest.models.len(),
-                manifest.strategies.len(),
+                count(models, "model", "models"),
+                count(strategies, "strategy", "strategies"),
                 manifest.strategies.iter().map(|s| s.label()).collect::<Vec<_>>().join(", "),
-                manifest.experiment.seeds.len(),
+                count(seeds, "seed", "seeds"),
+                count(models * strategies * seeds, "run", "runs"),
                 manifest.experiment.backend
             );
             if !is_compiled(manifest.experiment.backend) {
@@ -357,7 +360,12 @@ fn join_mpi_job() -> Result<Option<Arc<dyn Ranks>>, String> {
 
 fn fetch(dir: Option<PathBuf>, url: &str) -> Result<(), String> {
     let dir = tandem_data::resolve_data_dir(dir.as_deref());
-    let report = tandem_data::fetch(&dir, url, std::io::stderr().is_terminal()).map_err(|e| e.to_string())?;
+    let report = tandem_data::fetch(&dir, url, std::io::stderr().is_terminal()).map_err(|e| {
+        format!(
+            "{e}\nwithout a download: put the AG News CSVs you have (test.csv, optionally train.csv) in a folder \
+             and point TANDEM_DATA_DIR, or the manifest's `data.dir`, at it"
+        )
+    })?;
     println!("{report}");
     Ok(())
 }

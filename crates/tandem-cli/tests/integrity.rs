@@ -78,7 +78,7 @@ fn a_folder_written_before_checksums_resumes_and_predicts() {
     let dir = legacy_folder("unfinished", &out, &data);
     let first = std::fs::read_to_string(dir.join("epochs.jsonl")).unwrap();
     let (ok, stderr) = run(&manifest(tmp.path(), &data), &out);
-    assert!(ok && stderr.contains("resuming after 1 recorded"), "{stderr}");
+    assert!(ok && stderr.contains("resuming after 1 recorded epoch (or evaluation points)"), "{stderr}");
     let epochs = std::fs::read_to_string(dir.join("epochs.jsonl")).unwrap();
     assert_eq!(epochs.lines().count(), 6);
     assert!(epochs.starts_with(&first), "the recorded epoch is kept");

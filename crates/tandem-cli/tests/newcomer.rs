@@ -50,7 +50,8 @@ fn a_trained_run_is_changed_with_set_then_predicts_and_evaluates() {
     }
     assert!(stderr.contains("cnn-sequential-seed1 epoch  1:"), "epoch lines name the run: {stderr}");
     let experiment = out.join("tiny");
-    assert!(stderr.trim_end().ends_with(&format!("next: tandem report {} --out report", experiment.display())));
+    let hint = format!("next: tandem report {} --out report/tiny", experiment.display());
+    assert!(stderr.trim_end().ends_with(&hint), "a report folder of the experiment's own: {stderr}");
     let run = experiment.join("cnn-sequential-seed1");
     let resolved = std::fs::read_to_string(run.join("manifest.toml")).unwrap();
     assert!(resolved.contains("filters = 6") && resolved.contains("epochs = 1"), "{resolved}");
@@ -152,6 +153,11 @@ fn set_overrides_are_checked_like_the_file_and_named_when_wrong() {
     let (ok, stdout, stderr) = tandem(&["validate", quickstart, "--set", "experiment.seeds=[1, 2, 3]"]);
     assert!(ok, "{stderr}");
     assert!(stdout.contains("× 3 seeds = 12 runs"), "{stdout}");
+    let (ok, stdout, _) = tandem(&["validate", quickstart, "--set", "experiment.seeds=[1]"]);
+    assert!(
+        ok && stdout.contains("4 models × 1 strategy (sequential) × 1 seed = 4 runs"),
+        "one of each, singular: {stdout}"
+    );
     let (ok, _, stderr) = tandem(&["validate", quickstart, "--set", "train.epochs=2", "--set", "train.epocs=3"]);
     assert!(!ok);
     assert!(stderr.contains("--set train.epocs=3") && stderr.contains("epocs"), "{stderr}");
@@ -185,4 +191,15 @@ fn completions_and_help_with_examples() {
         let (ok, stdout, _) = tandem(&["data", command, "--help"]);
         assert!(ok && stdout.contains("Example"), "`tandem data {command} --help` has no example:\n{stdout}");
     }
+}
+
+#[test]
+fn a_failed_fetch_says_how_to_go_on_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("ag_news");
+    // Nothing listens on the discard port of this machine: the download fails at once.
+    let url = "http://127.0.0.1:9/ag_news_csv.tgz";
+    let (ok, _, stderr) = tandem(&["data", "fetch", "--dir", target.to_str().unwrap(), "--url", url]);
+    assert!(!ok);
+    assert!(stderr.contains("TANDEM_DATA_DIR") && stderr.contains("test.csv"), "{stderr}");
 }

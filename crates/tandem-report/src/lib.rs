@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use aggregate::{summarize, SettingTable, Stat};
 use document::{Block, Document};
 use sync::Cut;
-use tandem_results::{FindError, Protocol, Run, RunState, StrategyFigures};
+use tandem_results::{FindError, Protocol, Run, RunState, RunStatus, StrategyFigures};
 
 /// Draws one plot of a setting as SVG text (`None`: nothing to plot).
 type Plot = fn(&SettingTable) -> Result<Option<String>, String>;
@@ -90,8 +90,9 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
     versions.sort();
     versions.dedup();
     doc.push(Block::Paragraph(format!(
-        "From {} run folders under {} ({finished} finished), written by Tandem {}. Figures are means ± sample standard deviations over seeds; n is the number of seeds. Speedups pair each run with the sequential run of the same model and seed. Runs are compared only within one setting (experiment, data, backend, machine).",
+        "From {} run folder{} under {} ({finished} finished), written by Tandem {}. Figures are means ± sample standard deviations over seeds; n is the number of seeds. Speedups pair each run with the sequential run of the same model and seed. Runs are compared only within one setting (experiment, data, backend, machine).",
         runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
         inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         if versions.is_empty() { "?".to_string() } else { versions.join(", ") }
     )));
@@ -115,11 +116,19 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
 }
 
 fn describe_unfinished(run: &Run) -> String {
-    let epochs = run.epochs.len();
+    let epochs = match run.epochs.len() {
+        1 => "1 epoch".to_string(),
+        n => format!("{n} epochs"),
+    };
+    let interrupted = run.summary.as_ref().is_some_and(|s| s.status == RunStatus::Interrupted);
     match &run.state {
-        RunState::Failed(error) => format!("{} — failed after {epochs} epochs: {error}", run.name()),
+        RunState::Failed(error) => format!("{} — failed after {epochs}: {error}", run.name()),
+        RunState::Unfinished if interrupted => format!(
+            "{} — interrupted after {epochs} (stopped by a signal; the same tandem run command resumes it)",
+            run.name()
+        ),
         RunState::Unfinished => {
-            format!("{} — interrupted or still running: {epochs} epochs recorded, no summary.json", run.name())
+            format!("{} — still running, or killed: {epochs} recorded, no summary.json", run.name())
         }
         RunState::Unreadable(error) => format!("{} — unreadable: {error}", run.name()),
         RunState::Finished => unreachable!("only runs without a finished summary are described"),

@@ -174,6 +174,12 @@ fn failed_interrupted_and_unreadable_runs_are_listed_and_not_averaged() {
     std::fs::create_dir_all(&interrupted).unwrap();
     std::fs::write(interrupted.join("manifest.toml"), "").unwrap();
     write_epochs(&interrupted.join("epochs.jsonl"), &epochs(10.0, &[75], &StrategyFigures::Sequential)).unwrap();
+    // Interrupted by a signal: its summary says so.
+    let stopped = write_run(root.path(), RunSpec::new("gru", "sequential", 5, 10.0, &[70, 72]));
+    let mut s: RunSummary =
+        serde_json::from_str(&std::fs::read_to_string(stopped.join("summary.json")).unwrap()).unwrap();
+    s.status = RunStatus::Interrupted;
+    write_json(&stopped.join("summary.json"), &s).unwrap();
     // Unreadable: a damaged second line.
     let damaged = root.path().join("exp/gru-sequential-seed4");
     std::fs::create_dir_all(&damaged).unwrap();
@@ -191,10 +197,15 @@ fn failed_interrupted_and_unreadable_runs_are_listed_and_not_averaged() {
     assert_eq!(tables[0].groups[0].runs.len(), 1, "only the finished run is averaged");
     let out = root.path().join("report");
     let files = tandem_report::write_report(&[root.path().join("exp")], &out).unwrap();
-    assert_eq!((files.finished, files.not_finished), (1, 3));
+    assert_eq!((files.finished, files.not_finished), (1, 4));
     let md = std::fs::read_to_string(&files.markdown).unwrap();
-    assert!(md.contains("Runs that did not finish"));
-    assert!(md.contains("gru-sequential-seed3 — interrupted or still running: 1 epochs recorded"));
+    assert!(md.contains("Runs that did not finish") && md.contains("From 5 run folders"));
+    assert!(md.contains("gru-sequential-seed3 — still running, or killed: 1 epoch recorded, no summary.json"), "{md}");
+    assert!(md.contains("-seed5-m"), "{md}");
+    assert!(
+        md.contains("— interrupted after 2 epochs (stopped by a signal; the same tandem run command resumes it)"),
+        "{md}"
+    );
     assert!(md.contains("boom"));
     assert!(md.contains("line 2"));
 }

@@ -92,7 +92,8 @@ impl Console {
                 human_duration(self.started.elapsed()),
                 self.folder.display()
             );
-            eprintln!("next: tandem report {} --out report", self.folder.display());
+            let name = self.folder.file_name().map_or_else(|| "report".into(), |n| n.to_string_lossy());
+            eprintln!("next: tandem report {} --out report/{name}", self.folder.display());
         }
     }
 }
@@ -129,6 +130,11 @@ pub(super) fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBa
     }
     bar.set_prefix(label.to_string());
     bar
+}
+
+/// `n` things, the noun singular for one: `1 epoch`, `2 epochs`.
+pub fn counted(n: usize, one: &'static str, many: &'static str) -> String {
+    format!("{n} {}", plural(n, one, many))
 }
 
 /// A count or rate rounded to a whole number, with thousands separators: `1,092`.

@@ -2,7 +2,7 @@
 //! its summary written and told. Returns `None` on a rank of a job that skipped a run rank 0 had
 //! finished.
 
-use super::console::{human_count, progress_bar};
+use super::console::{counted, human_count, progress_bar};
 use super::context::RunContext;
 use super::plan::{Action, RunKey, RunPlan};
 use super::training::{dispatch, Ending, Outcome};
@@ -29,10 +29,10 @@ pub(super) fn run_one(
         Action::Resume(checkpoint) => {
             if plan.writes_results {
                 let within = checkpoint.partial.as_ref().map(|p| format!(" and {} steps of the next", p.stats.steps));
+                let done = counted(checkpoint.records.len(), "recorded epoch", "recorded epochs");
                 eprintln!(
-                    "{}: resuming after {} recorded epochs or evaluation points{}",
+                    "{}: resuming after {done} (or evaluation points){}",
                     plan.run_id,
-                    checkpoint.records.len(),
                     within.unwrap_or_default()
                 );
             }
@@ -169,12 +169,12 @@ fn write_summary(plan: &RunPlan, summary: &RunSummary) -> Result<(), RunError> {
 
 /// Tells how the run ended; a run that failed in a multi-process job ends the job.
 fn tell_end(plan: &RunPlan, summary: &RunSummary, outcome: &Outcome, manifest: &Manifest, options: &RunOptions) {
-    let (run_id, done) = (&plan.run_id, outcome.records.len());
+    let (run_id, done) = (&plan.run_id, counted(outcome.records.len(), "epoch", "epochs"));
     match (&outcome.ending, plan.ranks) {
         (Ending::Interrupted { signal, within }, _) => {
             let within = within.map(|steps| format!(" and {steps} steps of the next")).unwrap_or_default();
             eprintln!(
-                "{run_id}: interrupted (signal {signal}) after {done} recorded epochs or evaluation points{within}; \
+                "{run_id}: interrupted (signal {signal}) after {done} (or evaluation points) recorded{within}; \
                  `tandem run {} --out {}` resumes it",
                 manifest.source.display(),
                 options.out.display()
@@ -187,9 +187,9 @@ fn tell_end(plan: &RunPlan, summary: &RunSummary, outcome: &Outcome, manifest: &
             if ranks.rank() != 0 {
                 std::thread::sleep(std::time::Duration::from_secs(2));
             }
-            ranks.abort(&format!("{run_id} failed on rank {} after {done} epochs: {e}", ranks.rank()))
+            ranks.abort(&format!("{run_id} failed on rank {} after {done}: {e}", ranks.rank()))
         }
-        (Ending::Failed(e), None) => eprintln!("{run_id}: FAILED after {done} epochs: {e}"),
+        (Ending::Failed(e), None) => eprintln!("{run_id}: FAILED after {done}: {e}"),
         (Ending::Finished, _) if !plan.writes_results => {}
         (Ending::Finished, _) => eprintln!(
             "{run_id}: accuracy {:.4}, macro F1 {:.4}, {:.1} s training, {} samples/s → {}",
