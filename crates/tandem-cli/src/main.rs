@@ -77,6 +77,7 @@ enum Command {
     },
     /// Classify texts with a trained run: the class name and every class's probability.
     #[command(
+        override_usage = "tandem predict <RUN> <TEXTS>...\n       tandem predict <RUN> --file <FILE>",
         after_help = "Examples:\n  tandem predict results/quickstart/cnn-sequential-seed42 \"Stocks fell as oil prices rose\"\n  tandem predict results/quickstart/cnn-sequential-seed42 --file news.txt --json\n  tandem predict results/quickstart/cnn-sequential-seed42 --file datasets/ag_news/test.csv --backend ndarray"
     )]
     Predict {

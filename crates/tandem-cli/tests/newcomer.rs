@@ -203,3 +203,9 @@ fn a_failed_fetch_says_how_to_go_on_without_it() {
     assert!(!ok);
     assert!(stderr.contains("TANDEM_DATA_DIR") && stderr.contains("test.csv"), "{stderr}");
 }
+
+#[test]
+fn predict_without_texts_names_both_ways_to_give_them() {
+    let (ok, _, stderr) = tandem(&["predict", "results/quickstart/cnn-sequential-seed42"]);
+    assert!(!ok && stderr.contains("tandem predict <RUN> --file <FILE>"), "{stderr}");
+}
