@@ -214,6 +214,7 @@ fn dispatch(command: Command) -> Result<(), String> {
     match command {
         Command::Run { manifest, backend, devices, out, offline, sets, fresh } => {
             let manifest = Manifest::load_with(&manifest, &sets.overrides).map_err(|e| e.to_string())?;
+            manifest.shadowed_overrides().iter().for_each(|note| eprintln!("{note}"));
             let progress = std::io::stderr().is_terminal();
             let options = RunOptions { backend, devices, out, progress, ranks: join_mpi_job()?, fresh };
             // In a multi-process job every rank must call the same collectives: no second attempt.
@@ -273,6 +274,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         }
         Command::Validate { manifest: path, sets } => {
             let manifest = Manifest::load_with(&path, &sets.overrides).map_err(|e| e.to_string())?;
+            manifest.shadowed_overrides().iter().for_each(|note| eprintln!("{note}"));
             manifest.check_paths().map_err(|e| e.to_string())?;
             let (models, strategies, seeds) =
                 (manifest.models.len(), manifest.strategies.len(), manifest.experiment.seeds.len());

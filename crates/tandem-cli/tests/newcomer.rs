@@ -153,6 +153,11 @@ fn set_overrides_are_checked_like_the_file_and_named_when_wrong() {
     let (ok, stdout, stderr) = tandem(&["validate", quickstart, "--set", "experiment.seeds=[1, 2, 3]"]);
     assert!(ok, "{stderr}");
     assert!(stdout.contains("× 3 seeds = 12 runs"), "{stdout}");
+    let (ok, _, stderr) = tandem(&["validate", quickstart, "--set", "train.epochs=2"]);
+    assert!(ok && stderr.contains("note: --set train.epochs=2 does not reach `lstm`, `gru`"), "{stderr}");
+    assert!(stderr.contains("--set models.lstm.train.epochs=2"), "{stderr}");
+    let (ok, _, stderr) = tandem(&["validate", quickstart, "--set", "train.batch_size=32"]);
+    assert!(ok && !stderr.contains("note:"), "every model takes it: {stderr}");
     let (ok, stdout, _) = tandem(&["validate", quickstart, "--set", "experiment.seeds=[1]"]);
     assert!(
         ok && stdout.contains("4 models × 1 strategy (sequential) × 1 seed = 4 runs"),

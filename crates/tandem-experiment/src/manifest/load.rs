@@ -38,3 +38,36 @@ impl Manifest {
         Err(err(format!("{from}: {}", failure.error.message)))
     }
 }
+
+impl Manifest {
+    /// The `--set` overrides of a `[train]` key that some model does not take, because its own
+    /// `train = { … }` sets that key: one line each, naming the models and the `--set` that would
+    /// reach them.
+    pub fn shadowed_overrides(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (_, set) in &self.overrides {
+            let [section, key] = set.path.as_slice() else { continue };
+            if section != "train" {
+                continue;
+            }
+            let shadowed: Vec<&str> = self
+                .models
+                .iter()
+                .filter(|entry| {
+                    let own = toml::Value::try_from(&entry.train).ok();
+                    own.as_ref().and_then(|t| t.get(key.as_str())).is_some_and(|value| *value != set.value)
+                })
+                .map(|entry| entry.name.as_str())
+                .collect();
+            if let Some(first) = shadowed.first() {
+                lines.push(format!(
+                    "note: {set} does not reach {} (their own `train` sets `{key}`); \
+                     set it per model, e.g. --set models.{first}.train.{key}={}",
+                    shadowed.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+                    set.value
+                ));
+            }
+        }
+        lines
+    }
+}
