@@ -114,7 +114,9 @@ fn figure(table: &SettingTable, title: &str, axis: Axis, y_desc: &str, curve: Cu
             mesh.light_line_style(RGBColor(238, 238, 238)).label_style((FONT, 13)).y_desc(y_desc);
             let desc = if log { format!("{x_desc}, log scale") } else { x_desc.to_string() };
             mesh.x_desc(desc);
-            let whole = |v: &f64| format!("{v:.0}");
+            // Evaluation points are whole numbers: a tick between two is left unlabelled, so that
+            // a short run's axis never repeats a rounded label.
+            let whole = |v: &f64| if v.fract() == 0.0 { format!("{v:.0}") } else { String::new() };
             if log {
                 mesh.x_label_formatter(&|_| String::new());
             } else if axis == Axis::Points {

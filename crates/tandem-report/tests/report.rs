@@ -303,6 +303,13 @@ fn every_plot_is_valid_svg_with_the_expected_series() {
     for s in ["sequential", "data-parallel-2x-tree", "model-parallel-2s-gpipe-4m", "cnn", "lstm", "training time (s)"] {
         assert!(has(&accuracy, s), "accuracy plot lacks {s}");
     }
+    for plot in ["train-loss.svg", "holdout-loss.svg"] {
+        let texts = svg_texts(&out.join(plot));
+        let epochs: Vec<&str> = texts.iter().map(|t| t.trim()).filter(|t| t.parse::<u32>().is_ok()).collect();
+        let mut distinct = epochs.clone();
+        distinct.dedup();
+        assert!(!epochs.is_empty() && distinct == epochs, "{plot}: every epoch labelled once: {texts:?}");
+    }
     let comm = svg_texts(&out.join("communication-accuracy.svg"));
     assert!(has(&comm, "data-parallel-2x-tree") && has(&comm, "model-parallel-2s-gpipe-4m"));
     assert!(!comm.iter().any(|t| t == "sequential"), "only strategies that communicate are plotted");
