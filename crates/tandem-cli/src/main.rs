@@ -147,8 +147,8 @@ enum ManifestCommand {
 /// `--set key.path=value`, shared by `run` and `validate`.
 #[derive(Args)]
 struct Sets {
-    /// Change a manifest setting without editing the file (repeatable; recorded in each run's
-    /// manifest.toml). Keys go through tables with dots; entries of [[models]] / [[strategies]]
+    /// Change a manifest setting without editing the file (repeatable; `run` records it in each
+    /// run's manifest.toml). Keys go through tables with dots; entries of [[models]] / [[strategies]]
     /// by name or 0-based index. Values are TOML, else a string.
     /// E.g. `--set train.epochs=1 --set models.cnn.train.learning_rate=0.002 --set models.0.hidden=32`.
     #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
