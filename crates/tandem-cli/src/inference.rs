@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use tandem_data::CLASS_NAMES;
+use tandem_data::{SplitMode, CLASS_NAMES};
 use tandem_experiment::inference::{read_labelled, read_texts};
 use tandem_experiment::TrainedRun;
 use tandem_results::ClassificationMetrics;
@@ -44,6 +44,15 @@ pub fn predict(run: &Path, texts: Vec<String>, file: Option<&Path>, options: &In
 pub fn evaluate(run: &Path, data: &Path, options: &InferenceOptions) -> Result<(), String> {
     let trained = TrainedRun::open(run).map_err(|e| e.to_string())?;
     let samples = read_labelled(data).map_err(|e| e.to_string())?;
+    if holds_training_rows(&trained, data) {
+        eprintln!(
+            "note: {} holds the rows {} was trained on (its summary.json: {} training samples); \
+             these figures include them and are optimistic: the run's holdout figures are in its summary.json",
+            data.display(),
+            run.display(),
+            trained_samples(run)
+        );
+    }
     let backend = options.backend.unwrap_or_else(|| trained.default_backend());
     let metrics = trained.evaluate(&samples, backend, options.batch_size).map_err(|e| e.to_string())?;
     if options.json {
@@ -53,6 +62,26 @@ pub fn evaluate(run: &Path, data: &Path, options: &InferenceOptions) -> Result<(
         print!("{}", metrics_table(&metrics));
     }
     Ok(())
+}
+
+/// Whether `data` (a data folder or a CSV) holds rows `trained` trained on: its own data folder's
+/// `train.csv`, or its `test.csv` where the run carved its split from it.
+fn holds_training_rows(trained: &TrainedRun, data: &Path) -> bool {
+    let dir = trained.manifest.data_dir();
+    let (folder, file) = match data.is_dir() {
+        true => (data, None),
+        false => (data.parent().unwrap_or(Path::new(".")), data.file_name()),
+    };
+    let same = matches!((dir.canonicalize(), folder.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    let resplit = trained.manifest.data.split.resolve(&dir) != SplitMode::Official;
+    same && (resplit || file.is_some_and(|f| f == "train.csv"))
+}
+
+/// The training samples `run`'s summary records, or `?` without one.
+fn trained_samples(run: &Path) -> String {
+    let summary = std::fs::read_to_string(run.join("summary.json")).ok();
+    let parsed = summary.and_then(|text| serde_json::from_str::<tandem_results::RunSummary>(&text).ok());
+    parsed.map_or("?".into(), |s| tandem_data::thousands(s.train_samples))
 }
 
 /// Accuracy, the macro averages, per-class precision / recall / F1 and the confusion matrix.

@@ -89,6 +89,8 @@ fn a_trained_run_is_changed_with_set_then_predicts_and_evaluates() {
     // Evaluate on the data folder (its test.csv): the full metrics block.
     let (ok, stdout, stderr) = tandem(&["evaluate", s(&run), "--data", s(&data)]);
     assert!(ok, "{stderr}");
+    let note = "note: ".to_string() + s(&data) + " holds the rows";
+    assert!(stderr.contains(&note) && stderr.contains("200 training samples"), "training rows named: {stderr}");
     for part in ["accuracy", "macro F1", "Sci/Tech", "support", "confusion matrix"] {
         assert!(stdout.contains(part), "{part} missing in {stdout}");
     }
