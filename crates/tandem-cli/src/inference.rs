@@ -50,7 +50,7 @@ pub fn evaluate(run: &Path, data: &Path, options: &InferenceOptions) -> Result<(
              these figures include them and are optimistic: the run's holdout figures are in its summary.json",
             data.display(),
             run.display(),
-            trained_samples(run)
+            trained.summary.as_ref().map_or("?".into(), |s| tandem_data::thousands(s.train_samples))
         );
     }
     let backend = options.backend.unwrap_or_else(|| trained.default_backend());
@@ -75,13 +75,6 @@ fn holds_training_rows(trained: &TrainedRun, data: &Path) -> bool {
     let same = matches!((dir.canonicalize(), folder.canonicalize()), (Ok(a), Ok(b)) if a == b);
     let resplit = trained.manifest.data.split.resolve(&dir) != SplitMode::Official;
     same && (resplit || file.is_some_and(|f| f == "train.csv"))
-}
-
-/// The training samples `run`'s summary records, or `?` without one.
-fn trained_samples(run: &Path) -> String {
-    let summary = std::fs::read_to_string(run.join("summary.json")).ok();
-    let parsed = summary.and_then(|text| serde_json::from_str::<tandem_results::RunSummary>(&text).ok());
-    parsed.map_or("?".into(), |s| tandem_data::thousands(s.train_samples))
 }
 
 /// Accuracy, the macro averages, per-class precision / recall / F1 and the confusion matrix.

@@ -13,7 +13,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 use tandem_data::{Encoded, Sample, Vocab, CLASS_NAMES, NUM_CLASSES};
 use tandem_models::{Classifier, InputSpec};
-use tandem_results::{ClassificationMetrics, ConfusionMatrix};
+use tandem_results::{ClassificationMetrics, ConfusionMatrix, RunSummary};
 
 use crate::backend::{compiled_backends, is_compiled, with_backend, BackendKind, BackendTask, DeviceSpec};
 use crate::manifest::{Manifest, ModelEntry};
@@ -62,6 +62,8 @@ pub struct TrainedRun {
     pub dir: PathBuf,
     pub manifest: Manifest,
     pub vocab: Vocab,
+    /// Its `summary.json`, where one is there and readable.
+    pub summary: Option<RunSummary>,
 }
 
 impl TrainedRun {
@@ -78,7 +80,9 @@ impl TrainedRun {
                 ));
             }
         }
-        check_manifest_hash(dir, &manifest_path)?;
+        let summary = std::fs::read_to_string(dir.join("summary.json")).ok();
+        let summary = summary.and_then(|text| tandem_results::folder::parse_summary(&text).ok());
+        check_manifest_hash(summary.as_ref(), &manifest_path)?;
         let manifest = Manifest::load(&manifest_path)
             .map_err(|e| InferenceError { path: manifest_path.clone(), message: e.to_string() })?;
         if manifest.models.len() != 1 {
@@ -98,7 +102,7 @@ impl TrainedRun {
                 ),
             ));
         }
-        Ok(Self { dir: dir.to_path_buf(), manifest, vocab })
+        Ok(Self { dir: dir.to_path_buf(), manifest, vocab, summary })
     }
 
     /// The run's one model entry.
@@ -203,13 +207,11 @@ fn probabilities<B: Backend>(
 /// Checks `manifest.toml` against the hash `summary.json` recorded of it (where a summary with
 /// one exists): the resolved manifest says how texts are encoded and the model built, so one
 /// changed after training would predict from other settings without a word.
-fn check_manifest_hash(dir: &Path, manifest_path: &Path) -> Result<(), InferenceError> {
-    let summary = std::fs::read_to_string(dir.join("summary.json")).ok();
-    let summary = summary.and_then(|text| tandem_results::folder::parse_summary(&text).ok());
-    let Some(recorded) = summary.and_then(|s| s.manifest_hash) else { return Ok(()) };
+fn check_manifest_hash(summary: Option<&RunSummary>, manifest_path: &Path) -> Result<(), InferenceError> {
+    let Some(recorded) = summary.and_then(|s| s.manifest_hash.as_ref()) else { return Ok(()) };
     let text = std::fs::read_to_string(manifest_path)
         .map_err(|e| InferenceError::new(manifest_path, format!("cannot read it: {e}")))?;
-    match crate::results::manifest_hash(&text) == recorded {
+    match crate::results::manifest_hash(&text) == *recorded {
         true => Ok(()),
         false => Err(InferenceError::new(
             manifest_path,

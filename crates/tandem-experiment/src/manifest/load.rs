@@ -37,9 +37,7 @@ impl Manifest {
         let from = if culprits.is_empty() { "the --set overrides together".to_string() } else { culprits.join(", ") };
         Err(err(format!("{from}: {}", failure.error.message)))
     }
-}
 
-impl Manifest {
     /// The `--set` overrides of a `[train]` key that some model does not take, because its own
     /// `train = { … }` sets that key: one line each, naming the models and the `--set` that would
     /// reach them.

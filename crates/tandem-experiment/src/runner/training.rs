@@ -138,16 +138,16 @@ fn train_on<B: AutodiffBackend>(setup: Setup<B>, cpu: bool, ctx: &RunContext) ->
         start,
     );
     let saved = if ctx.writes_results { save_model(&strategy.model(), &ctx.dir.join("model.bin")) } else { Ok(()) };
-    let ending = match (result, saved) {
-        (Err(TrainError::Stopped(_)), _) if recorder.signal().is_some() => {
-            Ending::Interrupted { signal: recorder.signal().unwrap_or_default(), within: recorder.stopped_within }
+    let ending = match (result, saved, recorder.signal()) {
+        (Err(TrainError::Stopped(_)), _, Some(signal)) => {
+            Ending::Interrupted { signal, within: recorder.stopped_within }
         }
-        (Ok(_), Ok(())) => {
+        (Ok(_), Ok(()), _) => {
             recorder.checkpoints.remove();
             Ending::Finished
         }
-        (Ok(_), Err(e)) => Ending::Failed(e),
-        (Err(e), _) => Ending::Failed(e.to_string()),
+        (Ok(_), Err(e), _) => Ending::Failed(e),
+        (Err(e), _, _) => Ending::Failed(e.to_string()),
     };
     Outcome {
         ending,
