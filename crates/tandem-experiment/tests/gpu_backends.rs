@@ -302,7 +302,8 @@ mod tests {
 
     /// One epoch of sequential training (global-norm clipping, AdamW with warm-up) on `B` ends with
     /// the parameters the same epoch ends with on ndarray: on the GPU backends the clipping factor is
-    /// computed on the device and AdamW is one kernel per parameter, on ndarray both run on the host.
+    /// computed on the device and AdamW steps every parameter in one kernel, on ndarray both run on
+    /// the host.
     fn training_agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
         let (data, _, vocab_size) = toy_data();
         let train = exact_train_config();

@@ -33,4 +33,4 @@ pub use blocks::{
 };
 pub use classifier::{Classifier, CutError};
 pub use fast_path::{on_cpu, FastPath};
-pub use optimizer::{adamw_kernel_on, adamw_step, squared_sum, AdamWOutput};
+pub use optimizer::{adamw_kernel_on, adamw_step, adamw_steps, squared_sum, AdamWOutput, Floats};

@@ -1,7 +1,7 @@
 //! The optimizer's GPU kernels, for tandem-train's optimizer on the GPU backends (its CPU backends
-//! run a one-pass loop of their own; see tandem-train's `optim`): one AdamW step over a parameter
-//! tensor as one kernel, and the sum of the squares of every gradient (global-norm clipping) in
-//! one launch per gradient.
+//! run a one-pass loop of their own; see tandem-train's `optim`): one AdamW step over many
+//! parameters, and the sum of the squares of every gradient (global-norm clipping), each in one
+//! launch per group of tensors.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -13,12 +13,15 @@ use crate::adamw::AdamWScalars;
 pub type AdamWOutput<B, const D: usize> = [Tensor<B, D>; 3];
 
 /// `N` float primitives of `B`.
-type Floats<B, const N: usize> = [FloatTensor<B>; N];
+pub type Floats<B, const N: usize> = [FloatTensor<B>; N];
+
+/// AdamW's step of many parameters on a backend's primitives: `[param, grad, moment 1, moment 2]`
+/// of each and `‖g‖²` → each parameter and both its moments.
+type AdamWSteps<B> = fn(&AdamWScalars, Vec<Floats<B, 4>>, FloatTensor<B>) -> Vec<Floats<B, 3>>;
 
 /// The optimizer kernels of a GPU backend `B`, on its float primitives.
 struct Kernels<B: Backend> {
-    /// `[param, grad, moment 1, moment 2]` and `‖g‖²` → the parameter and both moments.
-    adamw: fn(&AdamWScalars, Floats<B, 4>, FloatTensor<B>) -> Floats<B, 3>,
+    adamw: AdamWSteps<B>,
     /// The sum of the squares of every element of every tensor, one value.
     squared_sum: fn(Vec<FloatTensor<B>>) -> FloatTensor<B>,
 }
@@ -51,23 +54,35 @@ fn tensor<B: Backend, const D: usize>(primitive: FloatTensor<B>) -> Tensor<B, D>
     Tensor::from_primitive(TensorPrimitive::Float(primitive))
 }
 
-/// One AdamW step as one kernel where `B` is a GPU backend compiled into this crate and every
-/// tensor is f32 (`[param, grad, moment 1, moment 2]`, one shape), the gradient clipped by
-/// `squared_norm` (one value: `‖g‖²` over every gradient, see [`squared_sum`]; any value when
-/// `scalars.clip_norm` is infinite). Elsewhere `None`, the tensors dropped: callers check
-/// [`adamw_kernel_on`] and the dtypes first.
+/// One AdamW step of many parameters where `B` is a GPU backend compiled into this crate and
+/// every tensor is f32: each `[param, grad, moment 1, moment 2]` (one shape; the gradient in any
+/// layout) → the parameter and both moments after it, in one launch per group of parameters. The
+/// gradients are clipped by `squared_norm` (one value: `‖g‖²` over every gradient, see
+/// [`squared_sum`]; any value when `scalars.clip_norm` is infinite). Elsewhere `None`, the
+/// tensors dropped: callers check [`adamw_kernel_on`] and the dtypes first.
+pub fn adamw_steps<B: Backend>(
+    scalars: &AdamWScalars,
+    tensors: Vec<Floats<B, 4>>,
+    squared_norm: Tensor<B, 1>,
+) -> Option<Vec<Floats<B, 3>>> {
+    let kernels = kernels::<B>()?;
+    let f32 = |t: &FloatTensor<B>| burn::tensor::TensorMetadata::dtype(t) == DType::F32;
+    let f32s = tensors.iter().flatten().all(f32) && squared_norm.dtype() == DType::F32;
+    f32s.then(|| (kernels.adamw)(scalars, tensors, primitive(squared_norm)))
+}
+
+/// [`adamw_steps`] of one parameter.
 pub fn adamw_step<B: Backend, const D: usize>(
     scalars: &AdamWScalars,
     tensors: [Tensor<B, D>; 4],
     squared_norm: Tensor<B, 1>,
 ) -> Option<AdamWOutput<B, D>> {
-    let kernels = kernels::<B>()?;
-    let f32s = tensors.iter().all(|t| t.dtype() == DType::F32) && squared_norm.dtype() == DType::F32;
-    f32s.then(|| (kernels.adamw)(scalars, tensors.map(primitive), primitive(squared_norm)).map(tensor))
+    let mut steps = adamw_steps(scalars, vec![tensors.map(primitive)], squared_norm)?;
+    steps.pop().map(|three| three.map(tensor))
 }
 
-/// The sum of the squares of every element of `tensors` (one value), in one launch per tensor
-/// and one sum, where `B` is a GPU backend compiled into this crate and every tensor is f32 (of
+/// The sum of the squares of every element of `tensors` (one value), in one launch per group of
+/// tensors and one sum, where `B` is a GPU backend compiled into this crate and every tensor is f32 (of
 /// any shape and layout; at least one). Elsewhere `None`.
 pub fn squared_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<Tensor<B, 1>> {
     let kernels = kernels::<B>()?;
@@ -81,8 +96,7 @@ fn gpu<B: Backend, G: crate::gpu::GpuKernels>() -> Kernels<B> {
     use crate::kernels::dispatch::same_type;
     Kernels {
         adamw: |scalars, tensors, squared_norm| {
-            let [param, grad, moment_1, moment_2] = same_type::<_, Floats<G, 4>>(tensors);
-            same_type(G::adamw(scalars, [param, grad, moment_1, moment_2, same_type(squared_norm)]))
+            same_type(G::adamw(scalars, same_type::<_, Vec<Floats<G, 4>>>(tensors), same_type(squared_norm)))
         },
         squared_sum: |tensors| same_type(G::squared_sum(same_type(tensors))),
     }

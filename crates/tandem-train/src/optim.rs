@@ -132,11 +132,14 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
         grads: GradientsParams,
         clip: Option<(Tensor<B::InnerBackend, 1>, f64)>,
     ) -> M {
-        if self.on_gpu() {
-            let (squared_norm, max_norm) = clip.unwrap_or_else(|| (gpu::zero(&module), f64::INFINITY));
-            return gpu::with_clipping(squared_norm, max_norm, || self.step_unscaled(lr, module, grads));
+        let on_gpu = self.on_gpu();
+        match &mut self.whole {
+            Whole::AdamW(adamw) if on_gpu => {
+                let (squared_norm, max_norm) = clip.unwrap_or_else(|| (gpu::zero(&module), f64::INFINITY));
+                gpu::step_all(adamw, lr, module, grads, squared_norm, max_norm)
+            }
+            _ => self.step_unscaled(lr, module, grads),
         }
-        self.step_unscaled(lr, module, grads)
     }
 
     /// [`Self::step`] with the gradients as they are.
@@ -193,8 +196,9 @@ impl<B: AutodiffBackend> AnyOptimizer<Classifier<B>, B> {
 }
 
 /// Burn's AdamW (the same state, so the same records), whose step runs as **one pass** over the
-/// values on the CPU backends (Flex, ndarray; f32) and as **one kernel** per parameter on the GPU
-/// backends (`tandem_models::adamw_step`). Burn runs it as about fifteen tensor operations, each
+/// values on the CPU backends (Flex, ndarray; f32) and on the GPU backends as **one kernel** for
+/// all parameters (`tandem_models::adamw_steps`, through `AnyOptimizer`; one per parameter when
+/// Burn's adaptor steps it alone). Burn runs it as about fifteen tensor operations, each
 /// a pass over the whole parameter that allocates its result: over a 2.56M-value embedding table
 /// that was a third of a CNN training step on Flex, and on a GPU fifteen kernel launches per
 /// parameter. Same arithmetic, element by element and in the same order, so the same results;

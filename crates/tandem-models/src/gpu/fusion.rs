@@ -61,8 +61,9 @@ impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Backward<B> 
     }
 }
 
-/// One AdamW step as a fusion operation: inputs `[param, grad, moment 1, moment 2, gradient
-/// scale]`, outputs the parameter and both moments after it.
+/// One AdamW step of many parameters as a fusion operation: inputs `[param, grad, moment 1,
+/// moment 2]` of each parameter in turn and then `‖g‖²`, outputs each parameter and both its
+/// moments after it, in turn.
 #[derive(Debug)]
 struct AdamW<B> {
     desc: CustomOpIr,
@@ -72,10 +73,31 @@ struct AdamW<B> {
 
 impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for AdamW<B> {
     fn execute(&self, handles: &mut Handles<B>) {
-        let inputs = [0, 1, 2, 3, 4].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
-        for (output, tensor) in self.desc.outputs.iter().zip(B::adamw(&self.scalars, inputs)) {
+        let (norm, parameters) = self.desc.inputs.split_last().expect("the squared norm");
+        let tensors = parameters
+            .chunks_exact(4)
+            .map(|four| [0, 1, 2, 3].map(|i| handles.get_float_tensor::<B>(&four[i])))
+            .collect();
+        let squared_norm = handles.get_float_tensor::<B>(norm);
+        let results = B::adamw(&self.scalars, tensors, squared_norm).into_iter().flatten();
+        for (output, tensor) in self.desc.outputs.iter().zip(results) {
             handles.register_float_tensor::<B>(&output.id, tensor);
         }
+    }
+}
+
+/// Tensors side by side as a fusion operation: inputs the pieces, output the whole.
+#[derive(Debug)]
+struct Concat<B> {
+    desc: CustomOpIr,
+    dim: usize,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Concat<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let pieces = self.desc.inputs.iter().map(|input| handles.get_float_tensor::<B>(input)).collect();
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::concat(pieces, self.dim));
     }
 }
 
@@ -94,6 +116,19 @@ impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for SquaredSum<B
 }
 
 impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
+    fn concat(pieces: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
+        let client = pieces[0].client.clone();
+        let mut shape = pieces[0].shape();
+        shape.as_mut_slice()[dim] = pieces.iter().map(|p| p.shape().as_slice()[dim]).sum();
+        let output = TensorIr::uninit(client.create_empty_handle(), shape, pieces[0].dtype);
+        let streams = OperationStreams::with_inputs(&pieces);
+        let inputs: Vec<TensorIr> = pieces.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("tandem_concat", &inputs, &[output]);
+        let operation = Concat::<B> { desc: desc.clone(), dim, _backend: PhantomData };
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        outputs.next().expect("the concatenation's output")
+    }
+
     fn squared_sum(tensors: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
         let client = tensors[0].client.clone();
         let output = TensorIr::uninit(client.create_empty_handle(), Shape::new([1]), tensors[0].dtype);
@@ -105,17 +140,26 @@ impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
         outputs.next().expect("the squared sum's output")
     }
 
-    fn adamw(scalars: &AdamWScalars, tensors: [FloatTensor<Self>; 5]) -> [FloatTensor<Self>; 3] {
-        let client = tensors[0].client.clone();
-        let (shape, dtype) = (tensors[0].shape(), tensors[0].dtype);
-        let outputs = [0; 3].map(|_| TensorIr::uninit(client.create_empty_handle(), shape.clone(), dtype));
-        let streams = OperationStreams::with_inputs(&tensors);
-        let desc = CustomOpIr::new("tandem_adamw", &tensors.map(|t| t.into_ir()), &outputs);
+    fn adamw(
+        scalars: &AdamWScalars,
+        tensors: Vec<[FloatTensor<Self>; 4]>,
+        squared_norm: FloatTensor<Self>,
+    ) -> Vec<[FloatTensor<Self>; 3]> {
+        let client = squared_norm.client.clone();
+        let outputs: Vec<TensorIr> = tensors
+            .iter()
+            .flat_map(|[param, ..]| {
+                [0; 3].map(|_| TensorIr::uninit(client.create_empty_handle(), param.shape(), param.dtype))
+            })
+            .collect();
+        let inputs: Vec<FloatTensor<Self>> = tensors.into_iter().flatten().chain([squared_norm]).collect();
+        let streams = OperationStreams::with_inputs(&inputs);
+        let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("tandem_adamw", &inputs, &outputs);
         let operation = AdamW::<B> { desc: desc.clone(), scalars: *scalars, _backend: PhantomData };
-        client
-            .register(streams, OperationIr::Custom(desc), operation)
-            .try_into()
-            .expect("the AdamW operation's three outputs")
+        let mut results = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        let mut three = || results.next().expect("three outputs a parameter");
+        outputs.chunks_exact(3).map(|_| [three(), three(), three()]).collect()
     }
 
     fn recurrence_supports(cell: Cell, batch: usize, hidden: usize, device: &Self::Device) -> bool {

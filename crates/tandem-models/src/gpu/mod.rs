@@ -3,15 +3,17 @@
 //! by Burn's CubeCL backends and, with Burn's fusion, by fusion over them ([`fusion`]).
 
 mod adamw;
+mod concat;
 #[cfg(feature = "fusion")]
 mod fusion;
 mod norm;
 pub(crate) mod recurrence;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use cubecl::client::ComputeClient;
 
 use crate::adamw::AdamWScalars;
 use crate::kernels::recurrence::Cell;
@@ -31,12 +33,21 @@ pub(crate) struct RecurrenceTape<T> {
 }
 
 /// A backend with Tandem's GPU kernels: the recurrent time loop as one kernel forward and one
-/// backward, AdamW as one kernel per parameter, and the squared norm of the gradients in one
-/// launch per gradient.
+/// backward, AdamW over all parameters and the squared norm of all gradients each in one launch
+/// per group of tensors ([`groups`]).
 pub(crate) trait GpuKernels: Backend {
-    /// One AdamW step: `[param, grad, moment 1, moment 2, ‖g‖²]` (f32; one shape, `‖g‖²` one
-    /// value, for clipping) → the parameter and both moments after it.
-    fn adamw(scalars: &AdamWScalars, tensors: [FloatTensor<Self>; 5]) -> [FloatTensor<Self>; 3];
+    /// One AdamW step of many parameters, each `[param, grad, moment 1, moment 2]` (f32, one
+    /// shape per parameter, on one device), clipped by `‖g‖²` (one value) → each parameter and
+    /// both its moments after it.
+    fn adamw(
+        scalars: &AdamWScalars,
+        tensors: Vec<[FloatTensor<Self>; 4]>,
+        squared_norm: FloatTensor<Self>,
+    ) -> Vec<[FloatTensor<Self>; 3]>;
+
+    /// `pieces` (f32, on one device, of one shape but along `dim`; at least one) side by side
+    /// along `dim`: one launch where the device's bindings take them all, else Burn's `cat`.
+    fn concat(pieces: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self>;
 
     /// The sum of the squares of every element of `tensors` (f32, at least one), one value.
     fn squared_sum(tensors: Vec<FloatTensor<Self>>) -> FloatTensor<Self>;
@@ -64,8 +75,19 @@ pub(crate) trait GpuKernels: Backend {
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels for CubeBackend<R, F, I, BT> {
-    fn adamw(scalars: &AdamWScalars, tensors: [FloatTensor<Self>; 5]) -> [FloatTensor<Self>; 3] {
-        adamw::step(scalars, tensors)
+    fn adamw(
+        scalars: &AdamWScalars,
+        tensors: Vec<[FloatTensor<Self>; 4]>,
+        squared_norm: FloatTensor<Self>,
+    ) -> Vec<[FloatTensor<Self>; 3]> {
+        adamw::steps(scalars, tensors, squared_norm)
+    }
+
+    fn concat(pieces: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
+        match concat::fits(pieces.len(), &pieces[0].client) {
+            true => concat::concat(pieces, dim),
+            false => Self::float_cat(pieces, dim),
+        }
     }
 
     fn squared_sum(tensors: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
@@ -101,8 +123,43 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels
     }
 }
 
+/// Tensors a kernel over a list of tensors takes in one launch, at most: the kernel's body is
+/// compiled once for each of them.
+const GROUP: usize = 48;
+
+/// `items` in launches of at most [`GROUP`], within the bindings a kernel may have on `client`'s
+/// device: `per_item` buffers for each item, `shared` for the launch, one for shapes and strides.
+fn groups<T, R: CubeRuntime>(items: Vec<T>, per_item: usize, shared: usize, client: &ComputeClient<R>) -> Vec<Vec<T>> {
+    let bindings = client.properties().hardware.max_bindings as usize;
+    groups_within(items, (bindings.saturating_sub(shared + 1) / per_item).clamp(1, GROUP))
+}
+
+/// `items` in order, in groups of `size` (the last one shorter).
+fn groups_within<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    let mut groups: Vec<Vec<T>> = Vec::new();
+    for item in items {
+        match groups.last_mut() {
+            Some(group) if group.len() < size => group.push(item),
+            _ => groups.push(vec![item]),
+        }
+    }
+    groups
+}
+
 /// A float primitive as a tensor of `D` dimensions.
 fn float<B: Backend, const D: usize>(primitive: FloatTensor<B>) -> Tensor<B, D> {
     debug_assert_eq!(primitive.shape().num_dims(), D);
     Tensor::from_primitive(TensorPrimitive::Float(primitive))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups_within;
+
+    #[test]
+    fn groups_keep_the_order_and_fill_all_but_the_last() {
+        assert_eq!(groups_within((0..5).collect(), 2), vec![vec![0, 1], vec![2, 3], vec![4]]);
+        assert_eq!(groups_within((0..3).collect(), 48), vec![vec![0, 1, 2]]);
+        assert_eq!(groups_within(Vec::<u8>::new(), 1), Vec::<Vec<u8>>::new());
+    }
 }

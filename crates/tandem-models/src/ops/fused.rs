@@ -39,6 +39,7 @@ use burn::tensor::activation::{quiet_softmax, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
 
+use super::concat::concat;
 use super::conv_max::{conv_max, Widths};
 use super::host_ops::{gelu, layer_norm, permute, softmax_last};
 use super::linear::linear_rows;
@@ -54,12 +55,12 @@ struct GateWeights<B: Backend> {
 }
 
 impl<B: Backend> GateWeights<B> {
-    fn concat(gates: &[&GateController<B>]) -> Self {
+    fn of(gates: &[&GateController<B>]) -> Self {
         let weights = |pick: fn(&GateController<B>) -> &Linear<B>| -> Tensor<B, 2> {
-            Tensor::cat(gates.iter().map(|g| pick(g).weight.val()).collect(), 1)
+            concat(gates.iter().map(|g| pick(g).weight.val()).collect(), 1)
         };
         let biases = |pick: fn(&GateController<B>) -> &Linear<B>| -> Tensor<B, 1> {
-            Tensor::cat(
+            concat(
                 gates
                     .iter()
                     .map(|g| pick(g).bias.as_ref().expect("Tandem builds recurrent layers with biases").val())
@@ -94,25 +95,25 @@ fn run<B: Backend>(cell: Cell, w: GateWeights<B>, x: Tensor<B, 3>, reverse: bool
 
 /// `[batch, seq, d_in]` → `[batch, seq, hidden]` through `lstm`'s parameters.
 pub(crate) fn lstm<B: Backend>(lstm: &Lstm<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
-    let w = GateWeights::concat(&[&lstm.input_gate, &lstm.forget_gate, &lstm.output_gate, &lstm.cell_gate]);
+    let w = GateWeights::of(&[&lstm.input_gate, &lstm.forget_gate, &lstm.output_gate, &lstm.cell_gate]);
     run(Cell::Lstm, w, x, reverse)
 }
 
 /// `[batch, seq, d_in]` → `[batch, seq, hidden]` through `gru`'s parameters.
 pub(crate) fn gru<B: Backend>(gru: &Gru<B>, x: Tensor<B, 3>, reverse: bool) -> Tensor<B, 3> {
     debug_assert!(gru.reset_after, "the fused GRU applies the reset gate after the hidden matmul");
-    let w = GateWeights::concat(&[&gru.update_gate, &gru.reset_gate, &gru.new_gate]);
+    let w = GateWeights::of(&[&gru.update_gate, &gru.reset_gate, &gru.new_gate]);
     run(Cell::Gru, w, x, reverse)
 }
 
 /// Both directions of `bi`, concatenated on the feature axis as Burn's `BiLstm` does.
 pub(crate) fn bi_lstm<B: Backend>(bi: &BiLstm<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    Tensor::cat(vec![lstm(&bi.forward, x.clone(), false), lstm(&bi.reverse, x, true)], 2)
+    concat(vec![lstm(&bi.forward, x.clone(), false), lstm(&bi.reverse, x, true)], 2)
 }
 
 /// Both directions of `bi`, concatenated on the feature axis as Burn's `BiGru` does.
 pub(crate) fn bi_gru<B: Backend>(bi: &BiGru<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    Tensor::cat(vec![gru(&bi.forward, x.clone(), false), gru(&bi.reverse, x, true)], 2)
+    concat(vec![gru(&bi.forward, x.clone(), false), gru(&bi.reverse, x, true)], 2)
 }
 
 /// `[batch, seq, channels]` → `[batch, filters × widths]`: every convolution → max over the
@@ -124,14 +125,14 @@ pub(crate) fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Ten
     let widths = Widths(convs.iter().map(|c| (c.kernel_size, c.weight.dims()[0])).collect());
     let widest = widths.widest();
     // Column f of a width-w kernel: row k × channels + c = offset k, channel c; zeros past w.
-    let weight = Tensor::cat(
+    let weight = concat(
         convs
             .iter()
             .map(|c| {
                 let [filters, _, width] = c.weight.dims();
                 let w = c.weight.val();
                 let w = if width < widest {
-                    Tensor::cat(vec![w, Tensor::zeros([filters, channels, widest - width], &device)], 2)
+                    concat(vec![w, Tensor::zeros([filters, channels, widest - width], &device)], 2)
                 } else {
                     w
                 };
@@ -141,7 +142,7 @@ pub(crate) fn conv_pool<B: Backend>(convs: &[Conv1d<B>], x: Tensor<B, 3>) -> Ten
         1,
     );
     // Bias after the max: max(y + b) = max(y) + b, on `filters` values per sample instead of per position.
-    let bias = Tensor::cat(
+    let bias = concat(
         convs.iter().map(|c| c.bias.as_ref().expect("Tandem builds convolutions with biases").val()).collect(),
         0,
     );

@@ -3,6 +3,7 @@
 //! backends that have one and Burn's tensor operations elsewhere. Their host-memory loops are in
 //! [`crate::kernels`].
 
+pub(crate) mod concat;
 pub(crate) mod conv_max;
 pub(crate) mod embedding;
 pub(crate) mod fused;
