@@ -58,7 +58,8 @@ pub fn evaluate(run: &Path, data: &Path, options: &InferenceOptions) -> Result<(
     if options.json {
         println!("{}", serde_json::to_string_pretty(&metrics).map_err(|e| e.to_string())?);
     } else {
-        println!("{} on {} samples of {} (backend {backend})", run.display(), samples.len(), data.display());
+        let rows = tandem_data::thousands(samples.len());
+        println!("{} on {rows} samples of {} (backend {backend})", run.display(), data.display());
         print!("{}", metrics_table(&metrics));
     }
     Ok(())
