@@ -82,8 +82,8 @@ pub fn adamw_step<B: Backend, const D: usize>(
 }
 
 /// The sum of the squares of every element of `tensors` (one value), in one launch per group of
-/// tensors and one sum, where `B` is a GPU backend compiled into this crate and every tensor is f32 (of
-/// any shape and layout; at least one). Elsewhere `None`.
+/// tensors and one sum, where `B` is a GPU backend compiled into this crate and every tensor is
+/// f32 (of any shape and layout; at least one). Elsewhere `None`.
 pub fn squared_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<Tensor<B, 1>> {
     let kernels = kernels::<B>()?;
     let f32s = !tensors.is_empty() && tensors.iter().all(|t| burn::tensor::TensorMetadata::dtype(t) == DType::F32);

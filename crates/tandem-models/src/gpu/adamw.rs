@@ -18,9 +18,10 @@ const UNITS: u32 = 256;
 const MAX_CUBES: usize = 64;
 
 /// Burn's AdamW arithmetic, in its order, value by value (f32), on the group's parameter `k` in
-/// cube row `k`, its units striding over the elements. A gradient may be a strided view (a slice of a concatenated weight's gradient)
-/// and is first clipped: multiplied by `clip_norm / (‖g‖ + 1e-6)` where `‖g‖ =
-/// √squared_norm[0]` exceeds `clip_norm` (∞ without clipping); the other tensors are contiguous.
+/// cube row `k`, its units striding over the elements. A gradient may be a strided view (a slice
+/// of a concatenated weight's gradient) and is first clipped: multiplied by
+/// `clip_norm / (‖g‖ + 1e-6)` where `‖g‖ = √squared_norm[0]` exceeds `clip_norm` (∞ without
+/// clipping); the other tensors are contiguous.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn adamw_kernel(

@@ -37,13 +37,13 @@ fn concat_kernel(pieces: &Sequence<Tensor<f32>>, output: &mut Tensor<f32>, dim: 
     }
 }
 
-/// `pieces` (f32, on one device, of one shape but along `dim`; at most the device's bindings
-/// less two) side by side along `dim`, contiguous.
+/// `pieces` (f32, on one device, of one shape but along `dim`; as many as one launch binds, see
+/// `per_launch`) side by side along `dim`, contiguous.
 pub(crate) fn concat<R: CubeRuntime>(pieces: Vec<CubeTensor<R>>, dim: usize) -> CubeTensor<R> {
     let first = &pieces[0];
     let (client, device, dtype) = (first.client.clone(), first.device.clone(), first.dtype);
-    let mut shape: Shape = first.shape();
-    shape.as_mut_slice()[dim] = pieces.iter().map(|p| p.shape().as_slice()[dim]).sum();
+    let shapes: Vec<Shape> = pieces.iter().map(|p| p.shape()).collect();
+    let shape = Shape::cat(&shapes, dim).expect("the pieces match but along `dim`");
     let elements = shape.num_elements();
     let handle = client.empty((elements * dtype.size()).max(4));
     let output = CubeTensor::new_contiguous(client.clone(), device, shape, handle, dtype);
@@ -58,9 +58,4 @@ pub(crate) fn concat<R: CubeRuntime>(pieces: Vec<CubeTensor<R>>, dim: usize) -> 
         dim as u32,
     );
     output
-}
-
-/// Whether [`concat`] takes `pieces` tensors in one launch on `client`'s device.
-pub(crate) fn fits<R: CubeRuntime>(pieces: usize, client: &cubecl::client::ComputeClient<R>) -> bool {
-    pieces + 2 <= client.properties().hardware.max_bindings as usize
 }

@@ -118,8 +118,8 @@ impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for SquaredSum<B
 impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
     fn concat(pieces: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
         let client = pieces[0].client.clone();
-        let mut shape = pieces[0].shape();
-        shape.as_mut_slice()[dim] = pieces.iter().map(|p| p.shape().as_slice()[dim]).sum();
+        let shapes: Vec<Shape> = pieces.iter().map(|p| p.shape()).collect();
+        let shape = Shape::cat(&shapes, dim).expect("the pieces match but along `dim`");
         let output = TensorIr::uninit(client.create_empty_handle(), shape, pieces[0].dtype);
         let streams = OperationStreams::with_inputs(&pieces);
         let inputs: Vec<TensorIr> = pieces.into_iter().map(|t| t.into_ir()).collect();

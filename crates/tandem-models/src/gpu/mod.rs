@@ -84,7 +84,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels
     }
 
     fn concat(pieces: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
-        match concat::fits(pieces.len(), &pieces[0].client) {
+        // A piece each, and the output.
+        match pieces.len() <= per_launch(1, 1, &pieces[0].client) {
             true => concat::concat(pieces, dim),
             false => Self::float_cat(pieces, dim),
         }
@@ -127,11 +128,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels
 /// compiled once for each of them.
 const GROUP: usize = 48;
 
-/// `items` in launches of at most [`GROUP`], within the bindings a kernel may have on `client`'s
-/// device: `per_item` buffers for each item, `shared` for the launch, one for shapes and strides.
-fn groups<T, R: CubeRuntime>(items: Vec<T>, per_item: usize, shared: usize, client: &ComputeClient<R>) -> Vec<Vec<T>> {
+/// How many items one launch of a kernel over a list takes on `client`'s device: at most
+/// [`GROUP`], within the bindings a kernel may have there — `per_item` buffers for each item,
+/// `shared` for the launch, one for shapes and strides.
+fn per_launch<R: CubeRuntime>(per_item: usize, shared: usize, client: &ComputeClient<R>) -> usize {
     let bindings = client.properties().hardware.max_bindings as usize;
-    groups_within(items, (bindings.saturating_sub(shared + 1) / per_item).clamp(1, GROUP))
+    (bindings.saturating_sub(shared + 1) / per_item).clamp(1, GROUP)
+}
+
+/// `items` in launches of [`per_launch`] items.
+fn groups<T, R: CubeRuntime>(items: Vec<T>, per_item: usize, shared: usize, client: &ComputeClient<R>) -> Vec<Vec<T>> {
+    groups_within(items, per_launch(per_item, shared, client))
 }
 
 /// `items` in order, in groups of `size` (the last one shorter).
