@@ -1,5 +1,6 @@
-//! Train/holdout splits: the official train/test split of the full dataset, or a stratified
-//! re-split of the official test split, as the caller's [`SplitMode`] asks.
+//! Train/validation/holdout splits: the official train/test split of the full dataset, or a
+//! stratified re-split of the official test split, as the caller's [`SplitMode`] asks; the
+//! validation set, where asked for, is a stratified share of the training rows.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,12 +14,15 @@ use crate::csv::{read_csv, Sample};
 use crate::dir::{verify_md5, TEST_FILE, TEST_MD5, TRAIN_FILE, TRAIN_MD5};
 use crate::error::DataError;
 
-/// A training set, a holdout set, and a one-line description of where they came from, to be
-/// quoted in every report.
+/// A training set, a validation set, a holdout set, and a one-line description of where they
+/// came from, to be quoted in every report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Splits {
     /// Training samples.
     pub train: Vec<Sample>,
+    /// Validation samples, carved from the training rows (empty without a validation share):
+    /// what choices made by looking at results read, so the holdout set is reported once.
+    pub validation: Vec<Sample>,
     /// Holdout (evaluation) samples.
     pub holdout: Vec<Sample>,
     /// E.g. "AG News test split, 80/20 re-split (seed 42)".
@@ -57,6 +61,8 @@ pub struct SplitConfig {
     pub mode: SplitMode,
     /// Fraction of each class of `test.csv` put in the holdout set when `train.csv` is absent.
     pub holdout_fraction: f64,
+    /// Fraction of each class of the training rows put in the validation set (0: none).
+    pub validation_fraction: f64,
     /// Seed of the re-split and of the row limits.
     pub seed: u64,
     /// Check the files against the published MD5s before reading them.
@@ -72,6 +78,7 @@ impl Default for SplitConfig {
         Self {
             mode: SplitMode::Auto,
             holdout_fraction: 0.2,
+            validation_fraction: 0.0,
             seed: 42,
             verify_md5: true,
             max_train: None,
@@ -83,6 +90,9 @@ impl Default for SplitConfig {
 /// RNG stream offset used by [`stratified_subset`], so it never shares a stream with
 /// [`stratified_split`] for the same seed and class.
 const SUBSET_STREAM: u64 = 1 << 32;
+
+/// RNG stream offset of the validation carve, apart from the holdout split's and the subsets'.
+const VALIDATION_STREAM: u64 = 2 << 32;
 
 /// Indices of `samples`, grouped by label (ascending).
 fn by_class(samples: &[Sample]) -> BTreeMap<usize, Vec<usize>> {
@@ -107,10 +117,15 @@ fn shuffle_class(indices: &mut [usize], seed: u64, stream: u64) {
 /// clamped to `[0, 1]` (NaN counts as 0). Both outputs keep the input order; together they hold
 /// every input sample exactly once. The result depends only on the samples and the seed.
 pub fn stratified_split(samples: Vec<Sample>, holdout_fraction: f64, seed: u64) -> (Vec<Sample>, Vec<Sample>) {
-    let fraction = sanitize_fraction(holdout_fraction);
+    split_by_class(samples, holdout_fraction, seed, 0)
+}
+
+/// [`stratified_split`] with the class streams offset by `streams`.
+fn split_by_class(samples: Vec<Sample>, fraction: f64, seed: u64, streams: u64) -> (Vec<Sample>, Vec<Sample>) {
+    let fraction = sanitize_fraction(fraction);
     let mut in_holdout = vec![false; samples.len()];
     for (label, mut indices) in by_class(&samples) {
-        shuffle_class(&mut indices, seed, label as u64);
+        shuffle_class(&mut indices, seed, streams + label as u64);
         let n = indices.len();
         let k = ((fraction * n as f64).round() as usize).min(n);
         for &i in &indices[..k] {
@@ -188,8 +203,10 @@ pub fn load_splits(dir: &Path, holdout_fraction: f64, seed: u64, verify_md5: boo
 /// - [`SplitMode::Auto`]: official with `dir/train.csv`, else the re-split.
 /// - [`DataError::NoData`] when `test.csv` is missing too.
 ///
-/// With `verify_md5`, the files used are first checked against the published MD5s. The row
-/// limits, if any, are applied last with [`stratified_subset`] and noted in the description.
+/// With `verify_md5`, the files used are first checked against the published MD5s. A validation
+/// share, if any, is then carved from the training rows, class by class (its own RNG streams,
+/// so the holdout set does not depend on it). The row limits, if any, are applied last with
+/// [`stratified_subset`]; both are noted in the description.
 pub fn load_splits_with(dir: &Path, config: &SplitConfig) -> Result<Splits, DataError> {
     let train_path = dir.join(TRAIN_FILE);
     let test_path = dir.join(TEST_FILE);
@@ -231,6 +248,12 @@ pub fn load_splits_with(dir: &Path, config: &SplitConfig) -> Result<Splits, Data
         return Err(DataError::NoData { dir: dir.to_path_buf() });
     };
 
+    let mut validation = Vec::new();
+    if config.validation_fraction > 0.0 {
+        (train, validation) = split_by_class(train, config.validation_fraction, config.seed, VALIDATION_STREAM);
+        description
+            .push_str(&format!(", {} % of training rows held out for validation", percent(config.validation_fraction)));
+    }
     let mut limited = false;
     if let Some(max) = config.max_train.filter(|&m| m < train.len()) {
         train = stratified_subset(train, max, config.seed);
@@ -247,7 +270,7 @@ pub fn load_splits_with(dir: &Path, config: &SplitConfig) -> Result<Splits, Data
             thousands(holdout.len())
         ));
     }
-    Ok(Splits { train, holdout, description })
+    Ok(Splits { train, validation, holdout, description })
 }
 
 /// `0.8` → `"80"`, `0.875` → `"87.5"`.
@@ -395,6 +418,7 @@ mod tests {
         let cfg = SplitConfig {
             mode: SplitMode::Auto,
             holdout_fraction: 0.25,
+            validation_fraction: 0.0,
             seed: 1,
             verify_md5: false,
             max_train: Some(8),
@@ -404,6 +428,28 @@ mod tests {
         assert_eq!((s.train.len(), s.holdout.len()), (8, 4));
         assert_eq!(counts(&s.train), [2, 2, 2, 2]);
         assert_eq!(s.description, "AG News test split, 75/25 re-split (seed 1), limited to 8 train / 4 holdout rows");
+    }
+
+    #[test]
+    fn validation_is_a_stratified_share_of_training_rows_and_leaves_holdout_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        write_csv(&dir.path().join(TEST_FILE), &synthetic([20, 20, 20, 20]));
+        let with = |validation_fraction| {
+            let cfg = SplitConfig { validation_fraction, verify_md5: false, ..SplitConfig::default() };
+            load_splits_with(dir.path(), &cfg).unwrap()
+        };
+        let (plain, carved) = (with(0.0), with(0.25));
+        assert!(plain.validation.is_empty());
+        assert_eq!(carved.holdout, plain.holdout);
+        assert_eq!(counts(&carved.validation), [4, 4, 4, 4]);
+        assert_eq!(counts(&carved.train), [12, 12, 12, 12]);
+        let mut joined = carved.train.clone();
+        joined.extend(carved.validation.iter().cloned());
+        assert_eq!(sorted_titles(&joined), sorted_titles(&plain.train));
+        assert_eq!(
+            carved.description,
+            "AG News test split, 80/20 re-split (seed 42), 25 % of training rows held out for validation"
+        );
     }
 
     #[test]

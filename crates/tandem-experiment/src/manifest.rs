@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tandem_data::{SplitMode, VocabConfig};
 use tandem_models::ModelConfig;
+use tandem_results::ReportSettings;
 use tandem_train::TrainConfig;
 
 use crate::backend::BackendKind;
@@ -83,7 +84,14 @@ pub struct DataSection {
     /// Holdout share of the re-split.
     #[schemars(range(min = 0.0, max = 1.0))]
     pub holdout_fraction: f64,
-    /// Seed of the train/holdout re-split (kept fixed across training seeds).
+    /// Validation share of the training rows, carved class by class with `split_seed` (unset:
+    /// no validation set). Choices made by looking at results (the report's selection and
+    /// verdict, the best epoch) read validation figures, so holdout figures are reported once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub validation_fraction: Option<f64>,
+    /// Seed of the train/holdout re-split and of the validation carve (kept fixed across
+    /// training seeds).
     pub split_seed: u64,
     /// Tokens per sample: longer texts are truncated, shorter padded.
     #[schemars(range(min = 1))]
@@ -105,6 +113,7 @@ impl Default for DataSection {
             dir: None,
             split: SplitMode::Auto,
             holdout_fraction: 0.2,
+            validation_fraction: None,
             split_seed: 42,
             max_len: 64,
             vocab: VocabConfig::default(),
@@ -136,6 +145,10 @@ pub struct Manifest {
     pub models: Vec<ModelEntry>,
     #[serde(default)]
     pub cluster: ClusterSection,
+    /// `[report]`: kept as `report.toml` beside the experiment's run folders, not in a run's
+    /// own manifest (a changed target re-judges runs, it does not rerun them).
+    #[serde(default, skip_serializing_if = "ReportSettings::is_empty")]
+    pub report: ReportSettings,
     /// Where the manifest was read from (relative data paths resolve against it).
     #[serde(skip)]
     pub source: PathBuf,
@@ -159,6 +172,8 @@ struct RawManifest {
     models: Vec<toml::Table>,
     #[serde(default)]
     cluster: ClusterSection,
+    #[serde(default)]
+    report: ReportSettings,
 }
 
 impl Manifest {
@@ -265,6 +280,7 @@ impl Manifest {
             strategies,
             models,
             cluster: raw.cluster,
+            report: raw.report,
             source: path.to_path_buf(),
             overrides: Vec::new(),
         };
@@ -296,6 +312,7 @@ impl Manifest {
         m.models = vec![model.clone()];
         m.strategies = vec![strategy.clone()];
         m.experiment.seeds = vec![seed];
+        m.report = ReportSettings::default();
         m
     }
 

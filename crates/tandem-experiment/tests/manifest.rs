@@ -546,3 +546,27 @@ fn failed_runs_are_counted_in_words_that_fit() {
     assert_eq!(message(1, 2), "1 of 2 runs failed (see its summary.json); the other one finished");
     assert_eq!(message(2, 5), "2 of 5 runs failed (see their summary.json); the others finished");
 }
+
+#[test]
+fn a_validation_share_and_a_report_target_are_checked_and_named() {
+    for bad in ["0", "1", "1.5", "-0.1"] {
+        let text = format!("{MINIMAL}\n[data]\nvalidation_fraction = {bad}\n");
+        assert_names(&text, "data.validation_fraction", "validation_fraction");
+    }
+    let text = format!("{MINIMAL}\n[data]\nvalidation_fraction = 0.1\n");
+    let m = Manifest::parse(&text, Path::new("experiments/demo.toml")).unwrap();
+    assert_eq!(m.data.validation_fraction, Some(0.1));
+
+    let target = |points: &str| {
+        format!(
+            "{MINIMAL}\n[report]\ntarget = {{ communication_reduction = 27, speedup = 5, points_lost = {points} }}\n"
+        )
+    };
+    assert_names(&target("-1"), "report.target.points_lost", "points_lost");
+    assert_names(&format!("{MINIMAL}\n[report]\ntarget = {{ speedup = 5 }}\n"), "communication_reduction", "target");
+    let m = Manifest::parse(&target("3"), Path::new("experiments/demo.toml")).unwrap();
+    assert_eq!(m.report.target.map(|t| t.points_lost), Some(3.0));
+    // A run's own manifest leaves `[report]` out: a changed target re-judges runs, it does not rerun them.
+    let run = m.for_run(&m.models[0], &m.strategies[0], 1).to_toml();
+    assert!(!run.contains("[report]") && !run.contains("points_lost"), "{run}");
+}

@@ -64,3 +64,46 @@ fn a_stream_run_records_its_evaluation_points_and_prequential_accuracy() {
         assert!(s.data.contains("as a stream (2 passes in one fixed order, holdout every 3 batches)"), "{}", s.data);
     }
 }
+
+#[test]
+fn a_validation_split_is_evaluated_at_every_point_and_the_report_target_kept_beside_the_runs() {
+    let Some(data) = data_dir() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let text = manifest(&data, "ndarray", &["cpu"])
+        .replace("max_len = 16", "max_len = 16\nvalidation_fraction = 0.25")
+        .replace("[[strategies]]\nkind = \"data-parallel\"", "[report]\ntarget = { communication_reduction = 27, speedup = 5, points_lost = 3 }\n\n[[strategies]]\nkind = \"data-parallel\"");
+    let m = Manifest::parse(&text, Path::new("tiny.toml")).unwrap();
+    let options = RunOptions { out: out.path().to_path_buf(), progress: false, ..Default::default() };
+    let summaries = run(&m, &options).unwrap();
+    let experiment = out.path().join("tiny");
+    for s in &summaries {
+        let records: Vec<tandem_train::EpochRecord> =
+            std::fs::read_to_string(experiment.join(&s.run_id).join("epochs.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        // A quarter of the 6,080 re-split training rows, before the 200-row limit on training.
+        assert_eq!(s.validation_samples, 1520, "{}", s.run_id);
+        let validation: Vec<usize> =
+            records.iter().map(|r| r.validation.as_ref().unwrap().metrics.confusion.total() as usize).collect();
+        assert_eq!(validation, [1520, 1520], "{}: validation at each point", s.run_id);
+        assert_eq!(s.final_validation.as_ref(), Some(&records[1].validation.as_ref().unwrap().metrics));
+        assert!(s.data.contains("25 % of training rows held out for validation"), "{}", s.data);
+        let chosen = records.iter().max_by(|a, b| {
+            let v = |r: &tandem_train::EpochRecord| r.validation.as_ref().unwrap().metrics.accuracy;
+            v(a).total_cmp(&v(b))
+        });
+        assert_eq!(s.best_epoch, chosen.map(|r| r.epoch), "{}: the best epoch is chosen on validation", s.run_id);
+        let resolved = std::fs::read_to_string(experiment.join(&s.run_id).join("manifest.toml")).unwrap();
+        assert!(!resolved.contains("[report]"), "{resolved}");
+    }
+    let settings = std::fs::read_to_string(experiment.join(tandem_results::REPORT_FILE)).unwrap();
+    assert!(settings.contains("communication_reduction = 27"), "{settings}");
+
+    // The same runs without `[report]`: all skipped as finished, and the stale target removed.
+    let plain = text.replace("[report]\ntarget = { communication_reduction = 27, speedup = 5, points_lost = 3 }\n", "");
+    let m = Manifest::parse(&plain, Path::new("tiny.toml")).unwrap();
+    run(&m, &options).unwrap();
+    assert!(!experiment.join(tandem_results::REPORT_FILE).exists());
+}

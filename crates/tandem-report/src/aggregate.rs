@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use tandem_results::{BackendKind, ClassificationMetrics, Run, RunSummary};
+use tandem_results::{BackendKind, ClassificationMetrics, ReportSettings, Run, RunSummary};
 
 /// The strategy label every other strategy's speedup is measured against.
 pub const BASELINE: &str = "sequential";
@@ -66,6 +66,8 @@ pub struct Group<'a> {
     /// Against the [`BASELINE`] run of the same model and seed (pairs only).
     pub speedup: Option<Stat>,
     pub accuracy: Stat,
+    /// Validation accuracy (absent without a validation split).
+    pub validation_accuracy: Option<Stat>,
     pub macro_precision: Stat,
     pub macro_recall: Stat,
     pub macro_f1: Stat,
@@ -89,6 +91,8 @@ impl Group<'_> {
 pub struct SettingTable<'a> {
     pub setting: Setting,
     pub groups: Vec<Group<'a>>,
+    /// The experiment's `report.toml` (the manifest's `[report]`), empty where it has none.
+    pub report: ReportSettings,
 }
 
 impl<'a> SettingTable<'a> {
@@ -148,7 +152,10 @@ pub fn summarize(runs: &[Run]) -> Vec<SettingTable<'_>> {
             settings.entry(setting).or_default().push(run);
         }
     }
-    settings.into_iter().map(|(setting, runs)| SettingTable { setting, groups: groups(&runs) }).collect()
+    settings
+        .into_iter()
+        .map(|(setting, runs)| SettingTable { setting, groups: groups(&runs), report: ReportSettings::default() })
+        .collect()
 }
 
 fn groups<'a>(runs: &[&'a Run]) -> Vec<Group<'a>> {
@@ -192,6 +199,9 @@ fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
         samples_per_second: stat(&|s| s.train_samples_per_second),
         speedup: Stat::of(&speedups),
         accuracy: metric(|m| m.accuracy),
+        validation_accuracy: Stat::of(
+            &summaries.iter().filter_map(|s| s.final_validation.as_ref().map(|m| m.accuracy)).collect::<Vec<_>>(),
+        ),
         macro_precision: metric(|m| m.macro_precision),
         macro_recall: metric(|m| m.macro_recall),
         macro_f1: metric(|m| m.macro_f1),

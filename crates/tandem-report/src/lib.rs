@@ -10,7 +10,9 @@ pub mod classes;
 pub mod curves;
 pub mod document;
 pub mod hyper;
+pub mod interval;
 pub mod plots;
+pub mod protocols;
 pub mod style;
 pub mod sync;
 
@@ -18,8 +20,7 @@ use std::path::{Path, PathBuf};
 
 use aggregate::{summarize, SettingTable, Stat};
 use document::{Block, Document};
-use sync::Cut;
-use tandem_results::{FindError, Protocol, Run, RunState, RunStatus, StrategyFigures};
+use tandem_results::{FindError, ReportSettings, Run, RunState, RunStatus, StrategyFigures};
 
 /// Draws one plot of a setting as SVG text (`None`: nothing to plot).
 type Plot = fn(&SettingTable) -> Result<Option<String>, String>;
@@ -33,6 +34,8 @@ pub enum ReportError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot draw {plot}: {message}")]
     Plot { plot: String, message: String },
+    #[error("{}: {message}", path.display())]
+    Settings { path: PathBuf, message: String },
 }
 
 /// The files a report wrote.
@@ -82,7 +85,10 @@ pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, Repor
 /// The report for `runs` (read from `inputs`, named in its opening).
 pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> {
     let mut doc = Document { title: "Tandem report".into(), blocks: Vec::new() };
-    let tables = summarize(runs);
+    let mut tables = summarize(runs);
+    for table in &mut tables {
+        table.report = report_settings(table)?;
+    }
     let finished = runs.iter().filter(|r| r.finished().is_some()).count();
     let duplicates = finished - aggregate::distinct(runs).len();
     let mut versions: Vec<&str> =
@@ -115,6 +121,23 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
     Ok(doc)
 }
 
+/// The `report.toml` beside the setting's run folders (the first found), or none.
+fn report_settings(table: &SettingTable) -> Result<ReportSettings, ReportError> {
+    let mut dirs: Vec<&Path> = table.groups.iter().flat_map(|g| &g.runs).filter_map(|r| r.dir.parent()).collect();
+    dirs.sort();
+    dirs.dedup();
+    let Some(path) = dirs.iter().map(|d| d.join(tandem_results::REPORT_FILE)).find(|p| p.is_file()) else {
+        return Ok(ReportSettings::default());
+    };
+    let fail = |message: String| ReportError::Settings { path: path.clone(), message };
+    let text = std::fs::read_to_string(&path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let settings: ReportSettings = toml::from_str(&text).map_err(|e| fail(e.to_string().trim_end().to_string()))?;
+    match settings.target.as_ref().and_then(|t| t.problem()) {
+        Some((field, message)) => Err(fail(format!("target.{field} {message}"))),
+        None => Ok(settings),
+    }
+}
+
 fn describe_unfinished(run: &Run) -> String {
     let epochs = match run.epochs.len() {
         1 => "1 epoch".to_string(),
@@ -135,7 +158,7 @@ fn describe_unfinished(run: &Run) -> String {
     }
 }
 
-fn stat(s: Option<Stat>, scale: f64, decimals: usize) -> String {
+pub(crate) fn stat(s: Option<Stat>, scale: f64, decimals: usize) -> String {
     match s {
         Some(s) if s.n > 1 => format!("{:.*} ± {:.*}", decimals, s.mean * scale, decimals, s.std * scale),
         Some(s) => format!("{:.*}", decimals, s.mean * scale),
@@ -191,7 +214,7 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
     hyper::section(doc, table);
     classes::section(doc, table, suffix).map_err(|message| ReportError::Plot { plot: "confusion".into(), message })?;
     communication_table(doc, table);
-    sync_table(doc, table);
+    protocols::section(doc, table);
     let context = format!("{} · {} · {} · {machine}", s.experiment, s.data, s.backend);
     let figures: [(&str, &str, Plot); 7] = [
         ("speedup", "Speedup over sequential per architecture and strategy", plots::speedup),
@@ -206,7 +229,7 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
         ("stage-time", "Per-stage time breakdown of the model-parallel schedules", plots::stage_time),
         (
             "protocols",
-            "Protocols against vanilla model parallelism: less communication against accuracy change, marker size by speedup, the target shaded, the Pareto front dashed",
+            "Protocols against vanilla model parallelism: less communication against accuracy change, marker size by speedup, the target (where the experiment sets one) shaded, the Pareto front dashed",
             plots::protocols,
         ),
     ];
@@ -268,72 +291,4 @@ fn communication_table(doc: &mut Document, table: &SettingTable) {
             .to_vec(),
         rows,
     });
-}
-
-fn sync_table(doc: &mut Document, table: &SettingTable) {
-    let comparisons = sync::compare(table);
-    if comparisons.is_empty() {
-        return;
-    }
-    doc.push(Block::Heading(2, "Protocols against vanilla model parallelism".into()));
-    doc.push(Block::Paragraph(
-        "Each protocol (predictive sync, local learning, compressed boundaries) against vanilla model parallelism of the same pipeline: communication reduction and speedup are vanilla ÷ protocol (means over seeds); accuracy change is in points. The predictor column names what the stages after the first do between real steps (a predictor, or `replay`). The last-but-one column compares each predictor with the static predictor (no prediction: the skipped batches are simply not learned from) at the same number of sync steps: a predictor is useful only where it is positive.".into(),
-    ));
-    doc.push(Block::Table {
-        header: [
-            "model",
-            "strategy",
-            "protocol",
-            "predictor",
-            "trigger",
-            "vs",
-            "sync steps",
-            "less communication",
-            "speedup",
-            "accuracy change (pts)",
-            "vs static at equal syncs (pts)",
-            "prequential accuracy (%)",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: comparisons
-            .iter()
-            .map(|c| {
-                vec![
-                    c.model.clone(),
-                    c.strategy.clone(),
-                    c.protocol.name().to_string(),
-                    c.predictor.clone(),
-                    c.trigger.clone(),
-                    c.reference.clone(),
-                    stat(c.sync_steps, 1.0, 0),
-                    c.communication_reduction.map_or("—".into(), |r| format!("{r:.1}×")),
-                    format!("{:.2}×", c.speedup),
-                    format!("{:+.1}", c.accuracy_change),
-                    match &c.versus_static {
-                        Some((_, d)) => format!("{d:+.1}"),
-                        None if c.control => "(the control)".into(),
-                        None if c.protocol == Cut::Between(Protocol::Predictive) => {
-                            "no static run at this sync count".into()
-                        }
-                        None => "—".into(),
-                    },
-                    c.prequential.map_or("—".into(), |p| format!("{:.1}", p * 100.0)),
-                ]
-            })
-            .collect(),
-    });
-    let verdicts: Vec<String> = table
-        .models()
-        .into_iter()
-        .filter(|model| comparisons.iter().any(|c| c.model == *model))
-        .map(|model| sync::verdict(model, &comparisons))
-        .collect();
-    doc.push(Block::Paragraph(format!(
-        "Target (at least {}× less communication, at least {}× faster, at most {} points lost): {}. The closest point minimises the summed relative shortfall (27 ÷ reduction − 1, 5 ÷ speedup − 1, points lost beyond 3 ÷ 3). Prequential accuracy is test-then-train over the batches that had a forward pass before their update.",
-        sync::TARGET_REDUCTION,
-        sync::TARGET_SPEEDUP,
-        sync::TARGET_POINTS_LOST,
-        verdicts.join("; ")
-    )));
 }

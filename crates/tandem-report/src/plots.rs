@@ -7,7 +7,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::aggregate::{pareto_front, stage_breakdown, SettingTable, BASELINE};
 use crate::style::{err, legend_below, legend_size, text_width, Sample, SeriesStyle, FONT};
-use crate::sync::{self, SyncComparison, TARGET_POINTS_LOST, TARGET_REDUCTION};
+use crate::sync::{self, SyncComparison};
 
 pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 pub(crate) type PlotResult<T> = Result<T, String>;
@@ -295,7 +295,8 @@ const PROTOCOL_FLOOR: f64 = 12.0;
 
 /// Per model, each protocol against vanilla model parallelism: less communication (log) against
 /// the accuracy change in points, the marker's size growing with the speedup (its value beside
-/// it), the target region (≥ 27× less communication, ≥ −3 points) shaded, and the Pareto front
+/// it), the target region of the experiment's `[report]` (e.g. ≥ 27× less communication, ≥ −3
+/// points), where it sets one, shaded, and the Pareto front
 /// (most reduction for the accuracy) dashed with its points ringed.
 pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
     let comparisons: Vec<SyncComparison> =
@@ -317,6 +318,9 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
     let rows = models.len().div_ceil(2) as u32;
     let plots_height = 400 * rows + 40;
     let title = "Protocols against vanilla model parallelism (mean over seeds; marker size and label: speedup)";
+    // Without a target, the axes still reach vanilla's point (1×, 0 points).
+    let target = table.report.target;
+    let (target_reduction, target_points) = target.map_or((1.0, 0.0), |t| (t.communication_reduction, t.points_lost));
     svg((960, plots_height + legend_height), |root| {
         let (root, below) = root.split_vertically(plots_height);
         legend_below(&below, &entries, Sample::Marker)?;
@@ -331,11 +335,11 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
                 points.iter().map(|p| of(&p.1)).fold(start, f)
             };
             let (x_lo, x_hi) =
-                (fold(f64::min, |p| p.0, TARGET_REDUCTION) / 1.5, fold(f64::max, |p| p.0, TARGET_REDUCTION) * 1.5);
+                (fold(f64::min, |p| p.0, target_reduction) / 1.5, fold(f64::max, |p| p.0, target_reduction) * 1.5);
             // Points far below the target would squeeze the ones near it: they sit on the floor,
             // labelled with their change.
-            let floor = -TARGET_POINTS_LOST - PROTOCOL_FLOOR;
-            let y_lo = fold(f64::min, |p| p.1, -TARGET_POINTS_LOST).max(floor) - 2.0;
+            let floor = -target_points - PROTOCOL_FLOOR;
+            let y_lo = fold(f64::min, |p| p.1, -target_points).max(floor) - 2.0;
             let y_hi = fold(f64::max, |p| p.1, 0.0) + 2.0;
             let mut chart = ChartBuilder::on(panel)
                 .caption(*model, (FONT, 16))
@@ -358,10 +362,12 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
                 root.draw(&Text::new(significant(factor), (x, y + 6), label_style(HPos::Center, VPos::Top)))
                     .map_err(err)?;
             }
-            let target = [(TARGET_REDUCTION, -TARGET_POINTS_LOST), (x_hi, y_hi)];
-            chart
-                .draw_series(std::iter::once(Rectangle::new(target, RGBColor(44, 160, 44).mix(0.12).filled())))
-                .map_err(err)?;
+            if target.is_some() {
+                let region = [(target_reduction, -target_points), (x_hi, y_hi)];
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(region, RGBColor(44, 160, 44).mix(0.12).filled())))
+                    .map_err(err)?;
+            }
             chart
                 .draw_series(std::iter::once(PathElement::new(
                     vec![(x_lo, 0.0), (x_hi, 0.0)],

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use tandem_report::aggregate::{pareto_front, summarize, Stat};
 use tandem_results::{
     find_runs, write_epochs, write_json, ClassificationMetrics, ConfusionMatrix, DataParallelFigures, EpochRecord,
-    LinkFigures, PipelineFigures, Protocol, RunStart, RunState, RunStatus, RunSummary, StrategyFigures, SyncFigures,
-    TrafficPerStep,
+    Evaluation, LinkFigures, PipelineFigures, Protocol, RunStart, RunState, RunStatus, RunSummary, StrategyFigures,
+    SyncFigures, Target, TrafficPerStep,
 };
 
 /// Two balanced classes of 100 samples, `correct` of each right: accuracy, precision and recall
@@ -20,6 +20,16 @@ fn metrics(correct: u64) -> ClassificationMetrics {
 
 /// `accuracies.len()` epochs of `seconds` each, 10 steps each, with `figures` as strategy figures.
 fn epochs(seconds: f64, accuracies: &[u64], figures: &StrategyFigures) -> Vec<EpochRecord> {
+    epochs_with_validation(seconds, accuracies, None, figures)
+}
+
+/// [`epochs`], each with the validation accuracy of `validation` where given.
+fn epochs_with_validation(
+    seconds: f64,
+    accuracies: &[u64],
+    validation: Option<&[u64]>,
+    figures: &StrategyFigures,
+) -> Vec<EpochRecord> {
     accuracies
         .iter()
         .enumerate()
@@ -29,6 +39,7 @@ fn epochs(seconds: f64, accuracies: &[u64], figures: &StrategyFigures) -> Vec<Ep
             train_loss: 1.0,
             holdout_loss: 1.0,
             holdout: metrics(a),
+            validation: validation.map(|v| Evaluation { loss: 1.0, metrics: metrics(v[i]) }),
             learning_rate: 1e-3,
             train_seconds: seconds,
             eval_seconds: 0.5,
@@ -48,6 +59,8 @@ struct RunSpec<'a> {
     machine: &'a str,
     epoch_seconds: f64,
     accuracies: &'a [u64],
+    /// Validation accuracies, one per epoch (none: no validation split).
+    validation: Option<&'a [u64]>,
     figures: StrategyFigures,
 }
 
@@ -60,6 +73,7 @@ impl<'a> RunSpec<'a> {
             machine: "test machine, 2 logical cores",
             epoch_seconds,
             accuracies,
+            validation: None,
             figures: StrategyFigures::Sequential,
         }
     }
@@ -78,6 +92,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         seed: spec.seed,
         data: "toy data".into(),
         train_samples: 640,
+        validation_samples: if spec.validation.is_some() { 200 } else { 0 },
         holdout_samples: 200,
         vocab_size: 100,
         max_len: 16,
@@ -95,7 +110,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
 
 /// Writes a finished run to `<root>/exp/<run-id>/` and returns its folder.
 fn write_run(root: &Path, spec: RunSpec) -> PathBuf {
-    let records = epochs(spec.epoch_seconds, spec.accuracies, &spec.figures);
+    let records = epochs_with_validation(spec.epoch_seconds, spec.accuracies, spec.validation, &spec.figures);
     let s = summary(&spec, &records);
     let dir = root.join("exp").join(format!("{}-m{}", s.run_id, spec.machine.len()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -103,6 +118,15 @@ fn write_run(root: &Path, spec: RunSpec) -> PathBuf {
     write_epochs(&dir.join("epochs.jsonl"), &records).unwrap();
     write_json(&dir.join("summary.json"), &s).unwrap();
     dir
+}
+
+/// The target the protocol tests judge against: 27× less communication, 5× faster, 3 points.
+const TARGET: Target = Target { communication_reduction: 27.0, speedup: 5.0, points_lost: 3.0 };
+
+/// Writes [`TARGET`] as the experiment's `report.toml`.
+fn write_target(root: &Path) {
+    let text = "[target]\ncommunication_reduction = 27\nspeedup = 5\npoints_lost = 3\n";
+    std::fs::write(root.join("exp").join(tandem_results::REPORT_FILE), text).unwrap();
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -349,10 +373,13 @@ fn the_pareto_front_keeps_only_undominated_points() {
 #[test]
 fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_equal_syncs() {
     let root = tempfile::tempdir().unwrap();
-    write_run(
-        root.path(),
-        RunSpec { figures: mp_figures(), ..RunSpec::new("gru", "model-parallel-2s-gpipe-4m", 1, 50.0, &[80]) },
-    );
+    for seed in [1, 2] {
+        let figures = mp_figures();
+        write_run(
+            root.path(),
+            RunSpec { figures, ..RunSpec::new("gru", "model-parallel-2s-gpipe-4m", seed, 50.0, &[80]) },
+        );
+    }
     let sync = |bytes_per_step: f64, predictor: &str, sync_steps: u64| {
         let trigger = "periodic".into();
         let sync = SyncFigures { predictor: predictor.into(), trigger, sync_steps, ..Default::default() };
@@ -379,14 +406,17 @@ fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_eq
             ..RunSpec::new("gru", "predictive-sync-ema-adaptive", 1, 20.0, &[79])
         },
     );
-    // 40× less communication, 5.6× faster, 2 points lost: meets the target.
-    write_run(
-        root.path(),
-        RunSpec {
-            figures: sync(100.0, "velocity", 1),
-            ..RunSpec::new("gru", "predictive-sync-velocity-periodic27", 1, 9.0, &[78])
-        },
-    );
+    // 40× less communication, 5.6× faster, 2 points lost, on both seeds: meets the target.
+    for seed in [1, 2] {
+        write_run(
+            root.path(),
+            RunSpec {
+                figures: sync(100.0, "velocity", 1),
+                ..RunSpec::new("gru", "predictive-sync-velocity-periodic27", seed, 9.0, &[78])
+            },
+        );
+    }
+    write_target(root.path());
 
     let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
     let tables = summarize(&runs);
@@ -407,10 +437,16 @@ fn predictive_sync_is_compared_with_vanilla_model_parallel_and_with_static_at_eq
 
     let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
     let md = std::fs::read_to_string(files.markdown).unwrap();
-    assert!(md.contains("Protocols against vanilla model parallelism"));
-    assert!(md.contains("| gru | predictive-sync-holt-periodic10 | predictive | holt | periodic | model-parallel-2s-gpipe-4m | 1 | 10.0× | 5.00× | -2.0 | +3.0 | — |"));
-    assert!(!holt.meets_target(), "10× less communication is short of 27×");
-    assert!(md.contains("gru: met by predictive-sync-velocity-periodic27"), "{md}");
+    assert!(md.contains("Protocols against their matched baselines"));
+    assert!(md.contains("| gru | predictive-sync-holt-periodic10 | predictive | holt | periodic | model-parallel-2s-gpipe-4m | — | 1 | 10.0× | — | 10.0× | 5.00× | — |"), "{md}");
+    assert!(md.contains("| gru | predictive-sync-holt-periodic10 | 1 | — | -2.0 | — | — | — | +3.0 | — |"), "{md}");
+    assert!(!holt.meets(&TARGET), "10× less communication is short of 27×");
+    let velocity = comparisons.iter().find(|c| c.predictor == "velocity").unwrap();
+    assert_eq!(velocity.intervals.speedup.map(|i| i.n), Some(2));
+    assert!(
+        md.contains("gru: met by predictive-sync-velocity-periodic27; chosen on holdout (no validation split): predictive-sync-velocity-periodic27"),
+        "{md}"
+    );
     assert!(md.contains("no static run at this sync count"));
 }
 
@@ -430,14 +466,17 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
     for (strategy, cuts, seconds) in
         [("model-parallel-2s-gpipe-4m", vec![2], 40.0), ("model-parallel-2s-cuts1-gpipe-4m", vec![1], 60.0)]
     {
-        let figures = pipeline(4000.0, cuts, None, None);
-        write_run(root.path(), RunSpec { figures, ..RunSpec::new("tf", strategy, 1, seconds, &[80]) });
+        for seed in [1, 2] {
+            let figures = pipeline(4000.0, cuts.clone(), None, None);
+            write_run(root.path(), RunSpec { figures, ..RunSpec::new("tf", strategy, seed, seconds, &[80]) });
+        }
     }
     let local = SyncFigures {
         protocol: Protocol::Local,
         predictor: "static".into(),
         trigger: "periodic".into(),
         sync_steps: 1,
+        local_steps: 27,
         ..Default::default()
     };
     let runs = [
@@ -448,8 +487,10 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
         ("model-parallel-2s-gpipe-4m-a8g8", vec![2], Some("a8g8"), None, 1000.0, 44.0, 80),
     ];
     for (strategy, cuts, compression, sync, bytes, seconds, accuracy) in runs {
-        let figures = pipeline(bytes, cuts, compression, sync);
-        write_run(root.path(), RunSpec { figures, ..RunSpec::new("tf", strategy, 1, seconds, &[accuracy]) });
+        for seed in [1, 2] {
+            let figures = pipeline(bytes, cuts.clone(), compression, sync.clone());
+            write_run(root.path(), RunSpec { figures, ..RunSpec::new("tf", strategy, seed, seconds, &[accuracy]) });
+        }
     }
     let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
     let tables = summarize(&runs);
@@ -461,17 +502,20 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
         ("local", "model-parallel-2s-cuts1-gpipe-4m")
     );
     assert!(close(of("local-a").speedup, 6.0) && close(of("local-a").communication_reduction.unwrap(), 40.0));
-    assert!(of("local-a").meets_target() && of("local-a").shortfall() == 0.0);
+    assert!(of("local-a").meets(&TARGET) && of("local-a").shortfall(&TARGET) == 0.0);
     assert_eq!(of("local-b").reference, "model-parallel-2s-gpipe-4m", "the fastest vanilla run");
-    assert!(!of("local-b").meets_target(), "4× faster and 5 points lost");
+    assert!(!of("local-b").meets(&TARGET), "4× faster and 5 points lost");
     let compressed = of("model-parallel-2s-gpipe-4m-a8g8");
     assert_eq!((compressed.protocol.name(), compressed.trigger.as_str()), ("compressed", "every step"));
     assert!(close(compressed.communication_reduction.unwrap(), 4.0));
-    assert_eq!(tandem_report::sync::verdict("tf", &comparisons), "tf: met by local-a");
+    assert_eq!(
+        tandem_report::sync::verdict("tf", &comparisons, &TARGET),
+        "tf: met by local-a; chosen on holdout (no validation split): local-a (40.0× [40.0, 40.0] less communication, 6.00× [6.00, 6.00] faster, +1.0 [+1.0, +1.0] holdout points)"
+    );
     let far = [compressed.clone()];
     assert_eq!(
-        tandem_report::sync::verdict("tf", &far),
-        "tf: not met; closest model-parallel-2s-gpipe-4m-a8g8 (4.0× less communication, 0.91× faster, +0.0 points)"
+        tandem_report::sync::verdict("tf", &far, &TARGET),
+        "tf: not met; closest on holdout (no validation split): model-parallel-2s-gpipe-4m-a8g8 (4.0× [4.0, 4.0] less communication, 0.91× [0.91, 0.91] faster, +0.0 [+0.0, +0.0] holdout points)"
     );
 
     let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
@@ -479,6 +523,123 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
     assert!(texts.iter().any(|t| t.trim() == "6.0×"), "each point labelled with its speedup: {texts:?}");
     let md = std::fs::read_to_string(files.markdown).unwrap();
     assert!(md.contains("| tf | local-a | local | static | periodic | model-parallel-2s-cuts1-gpipe-4m |"), "{md}");
+}
+
+/// One model's runs over five seeds: sequential; vanilla; vanilla with 2-bit boundaries; the
+/// auxiliary objective with a real step every step; two local-learning protocols with 2-bit
+/// boundaries whose holdout accuracies are `holdout` (their validation accuracies fixed).
+fn matched_baseline_runs(root: &Path, holdout: [u64; 2]) {
+    let local = |local_steps: u64| SyncFigures {
+        protocol: Protocol::Local,
+        predictor: "static".into(),
+        trigger: "periodic".into(),
+        sync_steps: 1,
+        local_steps,
+        aux_parameters: vec![10],
+        ..Default::default()
+    };
+    let pipeline = |bytes_per_step: f64, compression: Option<&str>, sync: Option<SyncFigures>| {
+        let compression = compression.map(String::from);
+        StrategyFigures::Pipeline(PipelineFigures {
+            bytes_per_step,
+            cuts: vec![1],
+            compression,
+            sync,
+            ..Default::default()
+        })
+    };
+    let runs: [(&str, f64, f64, u64, u64, StrategyFigures); 6] = [
+        ("sequential", 20.0, 0.0, 80, 80, StrategyFigures::Sequential),
+        ("vanilla", 50.0, 4000.0, 80, 80, pipeline(4000.0, None, None)),
+        ("vanilla-a2", 50.0, 500.0, 79, 79, pipeline(500.0, Some("a2g8-delta"), None)),
+        ("objective", 50.0, 4100.0, 83, 83, pipeline(4100.0, None, Some(local(0)))),
+        ("local-p", 8.0, 20.0, holdout[0], 79, pipeline(20.0, Some("a2g8-delta"), Some(local(27)))),
+        ("local-q", 8.0, 20.0, holdout[1], 82, pipeline(20.0, Some("a2g8-delta"), Some(local(27)))),
+    ];
+    for seed in 1..=5u64 {
+        for (strategy, seconds, _, holdout, validation, figures) in &runs {
+            // Accuracies move together by seed, so the paired differences are exact.
+            let (h, v) = ([holdout + seed % 2], [validation + seed % 2]);
+            let spec = RunSpec {
+                figures: figures.clone(),
+                validation: Some(&v),
+                ..RunSpec::new("cnn", strategy, seed, *seconds, &h)
+            };
+            write_run(root, spec);
+        }
+    }
+    write_target(root);
+}
+
+#[test]
+fn protocols_are_compared_with_their_matched_baselines_and_the_choice_reads_validation_only() {
+    let root = tempfile::tempdir().unwrap();
+    matched_baseline_runs(root.path(), [81, 78]);
+    let runs = find_runs(&[root.path().to_path_buf()]).unwrap();
+    let tables = summarize(&runs);
+    let comparisons = tandem_report::sync::compare(&tables[0]);
+    let of = |strategy: &str| comparisons.iter().find(|c| c.strategy == strategy).unwrap();
+    let names: Vec<&str> = comparisons.iter().map(|c| c.strategy.as_str()).collect();
+    assert_eq!(names, ["local-p", "local-q", "vanilla-a2"], "the objective-matched baseline is no protocol");
+    let p = of("local-p");
+    assert_eq!(p.compression_matched.as_deref(), Some("vanilla-a2"));
+    assert_eq!(p.objective_matched.as_deref(), Some("objective"));
+    let i = &p.intervals;
+    let mean = |i: Option<tandem_report::interval::Interval>| i.unwrap().mean;
+    assert!(close(mean(i.reduction), 200.0), "4,000 ÷ 20 bytes");
+    assert!(close(mean(i.from_compression), 8.0) && close(mean(i.from_protocol), 25.0), "200× = 8× × 25×");
+    assert!(close(mean(i.speedup), 6.25) && close(mean(i.speedup_vs_sequential), 2.5));
+    assert!(close(mean(i.holdout_change), 0.01) && close(mean(i.validation_change), -0.01));
+    assert!(close(mean(i.versus_objective), -0.02) && close(mean(i.versus_compression), 0.02));
+    assert_eq!(i.reduction.unwrap().n, 5);
+
+    // Both protocols meet the target on validation; q is chosen for its +2 validation points,
+    // though its holdout accuracy is the lower.
+    let choice = tandem_report::sync::choose("cnn", &comparisons, &TARGET);
+    let met: Vec<&str> = choice.met.iter().map(|c| c.strategy.as_str()).collect();
+    assert!(choice.on_validation);
+    assert_eq!((met.as_slice(), choice.chosen.unwrap().strategy.as_str()), (&["local-p", "local-q"][..], "local-q"));
+
+    // Holdout figures changed every way: the selection does not move.
+    for holdout in [[90, 70], [60, 60], [70, 90]] {
+        let other = tempfile::tempdir().unwrap();
+        matched_baseline_runs(other.path(), holdout);
+        let runs = find_runs(&[other.path().to_path_buf()]).unwrap();
+        let tables = summarize(&runs);
+        let comparisons = tandem_report::sync::compare(&tables[0]);
+        let again = tandem_report::sync::choose("cnn", &comparisons, &TARGET);
+        let met_again: Vec<&str> = again.met.iter().map(|c| c.strategy.as_str()).collect();
+        assert_eq!((met_again, again.chosen.unwrap().strategy.as_str()), (met.clone(), "local-q"), "{holdout:?}");
+    }
+
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
+    let md = std::fs::read_to_string(files.markdown).unwrap();
+    // Markdown escapes the intervals' brackets.
+    let row = "| cnn | local-p | local | static | periodic | vanilla | vanilla-a2 | 1 ± 0 | 200.0× [200.0, 200.0] | 8.0× [8.0, 8.0] | 25.0× [25.0, 25.0] | 6.25× [6.25, 6.25] | 2.50× [2.50, 2.50] |";
+    assert!(md.contains(&row.replace('[', "\\[").replace(']', "\\]")), "{md}");
+    let row = "| cnn | local-p | 5 | -1.0 [-1.0, -1.0] | +1.0 [+1.0, +1.0] | +2.0 [+2.0, +2.0] | objective | -2.0 [-2.0, -2.0] | — | — |";
+    assert!(md.contains(&row.replace('[', "\\[").replace(']', "\\]")), "{md}");
+    assert!(md.contains("cnn: met by local-p, local-q; chosen on validation: local-q"), "{md}");
+}
+
+#[test]
+fn without_a_target_there_is_no_verdict_and_a_bad_report_toml_is_named() {
+    let root = tempfile::tempdir().unwrap();
+    matched_baseline_runs(root.path(), [81, 78]);
+    let settings = root.path().join("exp").join(tandem_results::REPORT_FILE);
+    std::fs::remove_file(&settings).unwrap();
+    let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
+    let md = std::fs::read_to_string(files.markdown).unwrap();
+    assert!(md.contains("No target set") && !md.contains("met by"), "{md}");
+
+    std::fs::write(&settings, "[target]\ncommunication_reduction = 27\nspeedup = 5\npoints_lost = -1\n").unwrap();
+    let message =
+        tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap_err().to_string();
+    assert!(message.contains("report.toml") && message.contains("target.points_lost"), "{message}");
+    std::fs::write(&settings, "[target]\nspeed = 5\n").unwrap();
+    let message =
+        tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap_err().to_string();
+    assert!(message.contains("report.toml") && message.contains("line 2") && message.contains("speed"), "{message}");
 }
 
 #[test]

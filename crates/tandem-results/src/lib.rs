@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod figures;
 pub mod folder;
+pub mod judging;
 pub mod legacy;
 pub mod metrics;
 pub mod record;
@@ -22,8 +23,9 @@ pub use figures::{
     TrafficPerStep,
 };
 pub use folder::{find_runs, read_run, FindError, Run, RunState};
+pub use judging::{ReportSettings, Target, REPORT_FILE};
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
-pub use record::{EpochRecord, StreamPoint};
+pub use record::{EpochRecord, Evaluation, StreamPoint};
 pub use sealed::{read_sealed, write_sealed};
 pub use summary::{machine_description, now_utc, ClusterInfo, RankLog, RunStart, RunStatus, RunSummary};
 pub use write::{write_atomic, write_epochs, write_json};

@@ -17,6 +17,10 @@ pub struct EpochRecord {
     pub train_loss: f64,
     pub holdout_loss: f64,
     pub holdout: ClassificationMetrics,
+    /// The validation set's loss and metrics (absent without a validation split): what choices
+    /// made by looking at results read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<Evaluation>,
     /// Learning rate at the epoch's last step.
     pub learning_rate: f64,
     pub train_seconds: f64,
@@ -32,6 +36,14 @@ pub struct EpochRecord {
     pub prequential_samples: usize,
     /// What the strategy measured over these batches (communication, stages, syncs…).
     pub figures: StrategyFigures,
+}
+
+/// A model evaluated on every sample of a set once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    /// Mean loss per sample.
+    pub loss: f64,
+    pub metrics: ClassificationMetrics,
 }
 
 /// A point of the stream (stream mode).

@@ -49,6 +49,9 @@ pub struct RunSummary {
     /// E.g. "AG News test split, 80/20 re-split (seed 42)".
     pub data: String,
     pub train_samples: usize,
+    /// Rows of the validation set (0: none; carved from the training rows).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub validation_samples: usize,
     pub holdout_samples: usize,
     pub vocab_size: usize,
     pub max_len: usize,
@@ -64,7 +67,11 @@ pub struct RunSummary {
     pub final_metrics: Option<ClassificationMetrics>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub final_holdout_loss: Option<f64>,
-    /// Epoch (1-based) with the best holdout accuracy, and that accuracy.
+    /// Validation metrics after the last completed epoch (absent without a validation set).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub final_validation: Option<ClassificationMetrics>,
+    /// Epoch (1-based) with the best validation accuracy (holdout accuracy where there is no
+    /// validation set), and that epoch's holdout accuracy.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub best_epoch: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -112,6 +119,7 @@ pub struct RunStart {
     pub seed: u64,
     pub data: String,
     pub train_samples: usize,
+    pub validation_samples: usize,
     pub holdout_samples: usize,
     pub vocab_size: usize,
     pub max_len: usize,
@@ -141,6 +149,7 @@ impl RunSummary {
             seed: start.seed,
             data: start.data,
             train_samples: start.train_samples,
+            validation_samples: start.validation_samples,
             holdout_samples: start.holdout_samples,
             vocab_size: start.vocab_size,
             max_len: start.max_len,
@@ -151,6 +160,7 @@ impl RunSummary {
             train_samples_per_second: 0.0,
             final_metrics: None,
             final_holdout_loss: None,
+            final_validation: None,
             best_epoch: None,
             best_accuracy: None,
             prequential_accuracy: None,
@@ -180,13 +190,19 @@ impl RunSummary {
         if let Some(last) = records.last() {
             self.final_metrics = Some(last.holdout.clone());
             self.final_holdout_loss = Some(last.holdout_loss);
+            self.final_validation = last.validation.as_ref().map(|v| v.metrics.clone());
             self.figures = last.figures.clone();
         }
-        if let Some(best) = records.iter().max_by(|a, b| a.holdout.accuracy.total_cmp(&b.holdout.accuracy)) {
+        let chosen_on = |r: &EpochRecord| r.validation.as_ref().map_or(r.holdout.accuracy, |v| v.metrics.accuracy);
+        if let Some(best) = records.iter().max_by(|a, b| chosen_on(a).total_cmp(&chosen_on(b))) {
             self.best_epoch = Some(best.epoch);
             self.best_accuracy = Some(best.holdout.accuracy);
         }
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `summary.json`'s `cluster` block: how a multi-process run was spread, and what crossing
@@ -317,6 +333,7 @@ mod tests {
             train_loss: 1.0,
             holdout_loss: 1.0,
             holdout: ClassificationMetrics::from_confusion(ConfusionMatrix::new(2)),
+            validation: None,
             learning_rate: 1e-3,
             train_seconds: 1.0,
             eval_seconds: 0.1,

@@ -168,7 +168,8 @@ pub fn train_toy<B: AutodiffBackend>(
     holdout: &Encoded,
 ) -> Vec<EpochRecord> {
     let start = Start { rng_seed: 9, ..Default::default() };
-    tandem_train::train(strategy, config, 9, data, holdout, &Default::default(), &mut Quiet, start).expect("training")
+    let eval = tandem_train::EvalSets::holdout(holdout);
+    tandem_train::train(strategy, config, 9, data, eval, &Default::default(), &mut Quiet, start).expect("training")
 }
 
 /// An observer of the epoch loop that wants nothing and never interrupts.

@@ -2,7 +2,8 @@
 //!
 //! The epoch loop ([`train`]) is the same for every strategy: it draws a fresh
 //! seeded shuffle each epoch, hands the global batches to a [`Strategy`], then
-//! evaluates the strategy's current model on the holdout set. In stream mode
+//! evaluates the strategy's current model on the holdout set (and the validation
+//! set, where there is one: [`EvalSets`]). In stream mode
 //! ([`StreamConfig`]) the order is drawn once and replayed on every pass, and the
 //! holdout set is evaluated every few batches. A strategy decides only *how* a
 //! global batch turns into a parameter update (one device, replicas, stages…).
@@ -26,9 +27,9 @@ pub use checkpoint::{number_parameters, StateParts};
 pub use memory::keep_freed_memory;
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
-pub use step::{correct_predictions, evaluate, gradients, loss, tested_gradients, Evaluation};
+pub use step::{correct_predictions, evaluate, gradients, loss, tested_gradients};
 pub use tandem_results::metrics::{self, ClassMetrics, ClassificationMetrics, ConfusionMatrix};
-pub use tandem_results::{EpochRecord, StrategyFigures, StreamPoint};
+pub use tandem_results::{EpochRecord, Evaluation, StrategyFigures, StreamPoint};
 
 /// The `[train]` section of a manifest.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -301,8 +302,23 @@ fn point_seed(rng_seed: u64, step: usize) -> u64 {
     (rng_seed ^ (step as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(0x632b_e59b_d9b4_e019)
 }
 
-/// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `holdout` after each
-/// epoch on `eval_device`, from `start`. `observer` receives each record as soon as it exists,
+/// The sets a run is evaluated on at each point.
+#[derive(Clone, Copy)]
+pub struct EvalSets<'a> {
+    pub holdout: &'a Encoded,
+    /// Carved from the training rows; what choices made by looking at results read.
+    pub validation: Option<&'a Encoded>,
+}
+
+impl<'a> EvalSets<'a> {
+    /// The holdout set alone.
+    pub fn holdout(holdout: &'a Encoded) -> Self {
+        Self { holdout, validation: None }
+    }
+}
+
+/// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `eval`'s sets after
+/// each epoch on `eval_device`, from `start`. `observer` receives each record as soon as it exists,
 /// with the strategy (to write both to disk), and may stop the run by returning an error; an
 /// interrupt pauses the run part-way through a point (reported, then [`TrainError::Stopped`]). Returns the records made by this call.
 #[allow(clippy::too_many_arguments)] // the epoch loop's inputs, each named at the call
@@ -311,7 +327,7 @@ pub fn train<B: AutodiffBackend>(
     config: &TrainConfig,
     seed: u64,
     train: &Encoded,
-    holdout: &Encoded,
+    eval: EvalSets,
     eval_device: &B::Device,
     observer: &mut dyn Observer<B>,
     mut start: Start,
@@ -377,7 +393,8 @@ pub fn train<B: AutodiffBackend>(
 
             let started = Instant::now();
             let model = burn::module::AutodiffModule::valid(&strategy.model());
-            let eval = evaluate::<B::InnerBackend>(&model, holdout, config.eval_batch_size, eval_device);
+            let on = |set: &Encoded| evaluate::<B::InnerBackend>(&model, set, config.eval_batch_size, eval_device);
+            let (holdout, validation) = (on(eval.holdout), eval.validation.map(on));
             let record = EpochRecord {
                 epoch: epoch + 1,
                 stream: config.stream.as_ref().map(|_| StreamPoint {
@@ -385,8 +402,9 @@ pub fn train<B: AutodiffBackend>(
                     pass_complete: range.end == batches.len(),
                 }),
                 train_loss: stats.loss(),
-                holdout_loss: eval.loss,
-                holdout: eval.metrics,
+                holdout_loss: holdout.loss,
+                holdout: holdout.metrics,
+                validation,
                 learning_rate: optim::learning_rate(config, point_start + stats.steps.saturating_sub(1), total_steps),
                 train_seconds,
                 eval_seconds: started.elapsed().as_secs_f64(),

@@ -8,6 +8,7 @@ use tandem_data::{Batch, Encoded};
 use tandem_models::Classifier;
 
 use crate::metrics::{ClassificationMetrics, ConfusionMatrix};
+use crate::Evaluation;
 
 /// Mean cross-entropy loss of a batch.
 pub fn loss<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
@@ -35,14 +36,6 @@ pub fn tested_gradients<B: AutodiffBackend>(model: &Classifier<B>, batch: Batch<
 pub fn correct_predictions<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> usize {
     let predicted = logits.argmax(1).squeeze_dim::<1>(1);
     predicted.equal(labels).int().sum().into_scalar().elem::<i64>() as usize
-}
-
-/// Holdout loss and metrics.
-#[derive(Clone, Debug)]
-pub struct Evaluation {
-    /// Mean loss per sample.
-    pub loss: f64,
-    pub metrics: ClassificationMetrics,
 }
 
 /// Evaluates `model` on every sample of `data` exactly once, in order.

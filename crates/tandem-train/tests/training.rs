@@ -9,8 +9,8 @@ use tandem_models::{Architecture, Classifier, InputSpec, ModelConfig, RecurrentC
 use tandem_testing::{toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
 use tandem_train::{
-    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, Observer, PartialPoint, Point,
-    Sequential, Start, StateParts, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats,
+    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, EvalSets, Observer, PartialPoint,
+    Point, Sequential, Start, StateParts, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats,
 };
 
 /// The backends' seeded RNG is process-global: tests that seed it must not interleave.
@@ -35,7 +35,7 @@ fn run<B: AutodiffBackend>(model: &ModelConfig, cfg: &TrainConfig, seed: u64) ->
         cfg,
         seed,
         &train_data,
-        &holdout,
+        EvalSets::holdout(&holdout),
         &device,
         &mut tandem_testing::Quiet,
         Start { rng_seed: seed, ..Default::default() },
@@ -240,9 +240,17 @@ fn recorded_run(stream: Option<StreamConfig>) -> (Vec<EpochRecord>, Vec<Vec<usiz
     let initial =
         toy_model(Architecture::Cnn).init::<Nd>(&InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 }, &device);
     let mut strategy = Recording { inner: Sequential::new(initial.clone(), &cfg, device), batches: Vec::new() };
-    let records =
-        train(&mut strategy, &cfg, 5, &train_data, &holdout, &device, &mut tandem_testing::Quiet, Start::default())
-            .unwrap();
+    let records = train(
+        &mut strategy,
+        &cfg,
+        5,
+        &train_data,
+        EvalSets::holdout(&holdout),
+        &device,
+        &mut tandem_testing::Quiet,
+        Start::default(),
+    )
+    .unwrap();
     (records, strategy.batches, initial)
 }
 
@@ -356,7 +364,7 @@ fn resumable_run<B: AutodiffBackend>(start: Start, state: Option<&StateParts>, s
         strategy.restore(state).unwrap();
     }
     let mut observer = Stopping { stop, steps: AtomicUsize::new(0), left: Stopped::default() };
-    let result = train(&mut strategy, &cfg, 3, &train_data, &holdout, &device, &mut observer, start);
+    let result = train(&mut strategy, &cfg, 3, &train_data, EvalSets::holdout(&holdout), &device, &mut observer, start);
     let left = observer.left;
     assert_eq!(result.is_err(), stop != Stop::Never);
     (left, strategy.model().parameter_values())
@@ -402,7 +410,8 @@ fn run_observed(
     let device = Default::default();
     let input = InputSpec { vocab_size, max_len: MAX_LEN, num_classes: 4 };
     let mut strategy = Sequential::new(toy_model(Architecture::Cnn).init::<Nd>(&input, &device), cfg, device);
-    train(&mut strategy, cfg, 1, &train_data, &holdout, &device, &mut on_point, Start::default()).map(|r| r.len())
+    train(&mut strategy, cfg, 1, &train_data, EvalSets::holdout(&holdout), &device, &mut on_point, Start::default())
+        .map(|r| r.len())
 }
 
 #[test]

@@ -90,6 +90,9 @@ pub(super) fn check(m: &Manifest, strategy_path: &dyn Fn(usize) -> String) -> Re
     if m.cluster.ranks == Some(0) {
         return Err(Problem::new("cluster.ranks", "must be at least 1"));
     }
+    if let Some((field, message)) = m.report.target.as_ref().and_then(|t| t.problem()) {
+        return Err(Problem::new(format!("report.target.{field}"), message));
+    }
     check_models(m)?;
     for (i, strategy) in m.strategies.iter().enumerate() {
         check_stages(m, strategy, &strategy_path(i))?;
@@ -125,6 +128,9 @@ fn check_data(m: &Manifest) -> Result<(), Problem> {
     let d = &m.data;
     if !(d.holdout_fraction > 0.0 && d.holdout_fraction < 1.0) {
         return Err(Problem::new("data.holdout_fraction", format!("must be in (0, 1), got {}", d.holdout_fraction)));
+    }
+    if let Some(fraction) = d.validation_fraction.filter(|f| !(*f > 0.0 && *f < 1.0)) {
+        return Err(Problem::new("data.validation_fraction", format!("must be in (0, 1), got {fraction}")));
     }
     if d.max_len == 0 {
         return Err(Problem::new("data.max_len", "must be at least 1"));

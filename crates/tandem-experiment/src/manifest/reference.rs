@@ -31,6 +31,9 @@ struct ManifestFile {
     models: Vec<ModelFileEntry>,
     #[schemars(default)]
     cluster: ClusterSection,
+    /// How `tandem report` judges the experiment; kept as `report.toml` beside its run folders.
+    #[schemars(default)]
+    report: tandem_results::ReportSettings,
 }
 
 /// One `[[models]]` entry: a name, an architecture with its keys, and `[train]` overrides.
@@ -64,7 +67,7 @@ pub fn markdown() -> String {
         ),
         seen: HashMap::new(),
     };
-    let order = ["experiment", "data", "train", "models", "strategy", "strategies", "cluster"];
+    let order = ["experiment", "data", "train", "models", "strategy", "strategies", "cluster", "report"];
     let mut sections = root.properties();
     sections.sort_by_key(|(key, _)| order.iter().position(|k| k == key).unwrap_or(order.len()));
     for (key, property) in sections {

@@ -23,7 +23,7 @@ mod setup;
 mod signals;
 mod training;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tandem_data::{DataError, Encoded, SplitConfig, SplitMode, Splits, Vocab};
@@ -122,6 +122,8 @@ pub struct PreparedData {
     pub split_choice: Option<String>,
     pub vocab: Vocab,
     pub train: Encoded,
+    /// Carved from the training rows where `[data] validation_fraction` asks for it.
+    pub validation: Option<Encoded>,
     pub holdout: Encoded,
 }
 
@@ -132,12 +134,13 @@ pub fn prepare_data(manifest: &Manifest) -> Result<PreparedData, RunError> {
     let split = SplitConfig {
         mode: d.split,
         holdout_fraction: d.holdout_fraction,
+        validation_fraction: d.validation_fraction.unwrap_or(0.0),
         seed: d.split_seed,
         verify_md5: d.verify_md5,
         max_train: d.max_train_rows,
         max_holdout: d.max_holdout_rows,
     };
-    let Splits { train, holdout, description } = tandem_data::load_splits_with(&dir, &split)?;
+    let Splits { train, validation, holdout, description } = tandem_data::load_splits_with(&dir, &split)?;
     let split_choice = (d.split == SplitMode::Auto).then(|| match d.split.resolve(&dir) {
         SplitMode::Official => "`split = \"auto\"`: train.csv is there, so the official split".to_string(),
         _ => "`split = \"auto\"`: no train.csv there, so a re-split of test.csv; \
@@ -149,9 +152,29 @@ pub fn prepare_data(manifest: &Manifest) -> Result<PreparedData, RunError> {
         splits_description: description,
         split_choice,
         train: Encoded::new(&train, &vocab, d.max_len),
+        validation: (!validation.is_empty()).then(|| Encoded::new(&validation, &vocab, d.max_len)),
         holdout: Encoded::new(&holdout, &vocab, d.max_len),
         vocab,
     })
+}
+
+/// Writes the manifest's `[report]` as `report.toml` beside the experiment's run folders, or
+/// removes one a manifest without the section would leave stale.
+fn keep_report_settings(manifest: &Manifest, out: &Path) -> Result<(), RunError> {
+    let dir = out.join(&manifest.experiment.name);
+    let path = dir.join(tandem_results::REPORT_FILE);
+    let io = |source| RunError::Results { path: path.clone(), source };
+    if manifest.report.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+            _ => Ok(()),
+        };
+    }
+    let text = toml::to_string_pretty(&manifest.report)
+        .map_err(|e| RunError::Config(format!("cannot write [report] back as TOML: {e}")))?;
+    let header = format!("# [report] of the manifest {}, read by `tandem report`.\n", manifest.source.display());
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    tandem_results::write_atomic(&path, format!("{header}{text}").as_bytes()).map_err(io)
 }
 
 /// Runs every model × seed of `manifest`; returns the summaries of all runs.
@@ -172,11 +195,15 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
     }
     let data = prepare_data(manifest)?;
     if let Some(ranks) = ranks {
-        let split: Vec<u8> =
-            data.train.tokens.iter().chain(&data.holdout.tokens).flat_map(|t| t.to_le_bytes()).collect();
-        ranks.check_same("data (train and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
+        let split =
+            data.train.tokens.iter().chain(data.validation.iter().flat_map(|v| &v.tokens)).chain(&data.holdout.tokens);
+        let split: Vec<u8> = split.flat_map(|t| t.to_le_bytes()).collect();
+        ranks.check_same("data (train, validation and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
     }
     let shows = ranks.is_none_or(|r| r.rank() == 0);
+    if shows {
+        keep_report_settings(manifest, &options.out)?;
+    }
     let mut console = Console::start(manifest, &data, backend, &devices, &options.out, shows);
     signals::interrupt();
     let mut summaries = Vec::new();

@@ -92,6 +92,7 @@ fn run_start(manifest: &Manifest, plan: &RunPlan, data: &PreparedData, threads: 
             None => data.splits_description.clone(),
         },
         train_samples: data.train.len(),
+        validation_samples: data.validation.as_ref().map_or(0, |v| v.len()),
         holdout_samples: data.holdout.len(),
         vocab_size: data.vocab.len(),
         max_len: manifest.data.max_len,

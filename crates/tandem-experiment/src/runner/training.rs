@@ -132,7 +132,7 @@ fn train_on<B: AutodiffBackend>(setup: Setup<B>, cpu: bool, ctx: &RunContext) ->
         train,
         ctx.seed,
         &data.train,
-        &data.holdout,
+        tandem_train::EvalSets { holdout: &data.holdout, validation: data.validation.as_ref() },
         &device,
         &mut recorder,
         start,
