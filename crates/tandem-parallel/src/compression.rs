@@ -175,6 +175,11 @@ impl Codec {
         Ok(values)
     }
 
+    /// Bytes of the per-sample memory this end holds.
+    pub fn held_bytes(&self) -> usize {
+        self.memory.values().map(|v| v.len() * size_of::<f32>()).sum()
+    }
+
     /// The per-sample memory, for checkpoints: `(sample, values)` in sample order.
     pub fn memory(&self) -> Vec<(usize, &[f32])> {
         let mut entries: Vec<(usize, &[f32])> = self.memory.iter().map(|(s, v)| (*s, v.as_slice())).collect();

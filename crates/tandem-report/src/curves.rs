@@ -1,6 +1,7 @@
-//! Line plots over a run: holdout accuracy against training time, and the train and holdout
-//! loss at each evaluation point; one panel per model, one line per strategy (mean over seeds),
-//! one legend below the panels. A time axis spanning more than ten times is drawn on a log scale.
+//! Line plots over a run: holdout and validation accuracy against training time, accuracy
+//! against the bytes moved, and the train and holdout loss at each evaluation point; one panel
+//! per model, one line per strategy (mean over seeds), one legend below the panels. A time or
+//! bytes axis spanning more than ten times is drawn on a log scale.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -18,6 +19,8 @@ enum Axis {
     Time,
     /// Evaluation points: the epoch, or in stream mode the batches consumed.
     Points,
+    /// Cumulative megabytes moved between devices (log scale past a 10× range).
+    Megabytes,
 }
 
 /// A strategy's curve: its index in the table's strategy order and its points.
@@ -30,6 +33,62 @@ type CurveOf = fn(&[&Run]) -> Vec<(f64, f64)>;
 pub fn accuracy_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
     let curve: CurveOf = |runs| accuracy_curve(runs).into_iter().map(|(t, a)| (t, a * 100.0)).collect();
     figure(table, "Holdout accuracy against training time (mean over seeds)", Axis::Time, "holdout accuracy (%)", curve)
+}
+
+/// Validation accuracy (%) after each evaluation against cumulative training time: the anytime
+/// accuracy choices read (no plot without a validation split).
+pub fn validation_over_time(table: &SettingTable) -> PlotResult<Option<String>> {
+    let curve: CurveOf = |runs| {
+        mean_curve(
+            runs,
+            |r, e| Some(seconds_until(r, e)),
+            |r| r.validation.as_ref().map(|v| v.metrics.accuracy * 100.0),
+        )
+    };
+    figure(
+        table,
+        "Validation accuracy against training time (mean over seeds)",
+        Axis::Time,
+        "validation accuracy (%)",
+        curve,
+    )
+}
+
+/// Accuracy (%) after each evaluation — validation where the runs have a split, else holdout —
+/// against the megabytes moved so far, for the strategies that communicate.
+pub fn accuracy_over_bytes(table: &SettingTable) -> PlotResult<Option<String>> {
+    let curve: CurveOf = |runs| {
+        let judged =
+            |r: &EpochRecord| Some(r.validation.as_ref().map_or(r.holdout.accuracy, |v| v.metrics.accuracy) * 100.0);
+        mean_curve(runs, megabytes_until, judged)
+    };
+    let title = "Accuracy (validation where there is a split, else holdout) against bytes moved (mean over seeds)";
+    figure(table, title, Axis::Megabytes, "accuracy (%)", curve)
+}
+
+/// Cumulative training seconds of `run` up to record `e`.
+fn seconds_until(run: &Run, e: usize) -> f64 {
+    run.epochs[..=e].iter().map(|r| r.train_seconds).sum()
+}
+
+/// Cumulative megabytes `run` moved up to record `e` (`None`: it does not communicate).
+fn megabytes_until(run: &Run, e: usize) -> Option<f64> {
+    let bytes =
+        run.epochs[..=e].iter().map(|r| Some(r.figures.bytes_per_step()? * r.steps as f64)).sum::<Option<f64>>()?;
+    (bytes > 0.0).then_some(bytes / 1e6)
+}
+
+/// Mean over `runs` of (`x`, `y`) at each evaluation point every run reached and has both at.
+fn mean_curve(runs: &[&Run], x: fn(&Run, usize) -> Option<f64>, y: fn(&EpochRecord) -> Option<f64>) -> Vec<(f64, f64)> {
+    let points = runs.iter().map(|r| r.epochs.len()).min().unwrap_or(0);
+    let n = runs.len() as f64;
+    (0..points)
+        .filter_map(|e| {
+            let xs: Option<Vec<f64>> = runs.iter().map(|r| x(r, e)).collect();
+            let ys: Option<Vec<f64>> = runs.iter().map(|r| y(&r.epochs[e])).collect();
+            Some((xs?.iter().sum::<f64>() / n, ys?.iter().sum::<f64>() / n))
+        })
+        .collect()
 }
 
 /// Training loss at each evaluation point (records whose loss is 0 ran no forward pass: predicted steps).
@@ -77,6 +136,7 @@ fn figure(table: &SettingTable, title: &str, axis: Axis, y_desc: &str, curve: Cu
     }
     let x_desc = match axis {
         Axis::Time => "training time (s)",
+        Axis::Megabytes => "bytes moved (MB)",
         Axis::Points if table.groups.iter().any(|g| g.runs[0].epochs.iter().any(|e| e.stream.is_some())) => {
             "batches of the stream"
         }
@@ -99,7 +159,7 @@ fn figure(table: &SettingTable, title: &str, axis: Axis, y_desc: &str, curve: Cu
             let (x_lo, x_hi, y_lo, y_hi) = points.fold((f64::MAX, 1e-12f64, f64::MAX, f64::MIN), |(a, b, c, d), p| {
                 (a.min(p.0), b.max(p.0), c.min(p.1), d.max(p.1))
             });
-            let log = axis == Axis::Time && x_lo > 0.0 && x_hi / x_lo > 10.0;
+            let log = axis != Axis::Points && x_lo > 0.0 && x_hi / x_lo > 10.0;
             let to_x = |x: f64| if log { x.log10() } else { x };
             let (x0, x1) = if log { (to_x(x_lo) - 0.05, to_x(x_hi) + 0.05) } else { (0.0, x_hi * 1.05) };
             let pad = ((y_hi - y_lo) * 0.08).max(0.01);

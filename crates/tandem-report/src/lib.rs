@@ -216,9 +216,15 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
     communication_table(doc, table);
     protocols::section(doc, table);
     let context = format!("{} · {} · {} · {machine}", s.experiment, s.data, s.backend);
-    let figures: [(&str, &str, Plot); 7] = [
+    let figures: [(&str, &str, Plot); 9] = [
         ("speedup", "Speedup over sequential per architecture and strategy", plots::speedup),
         ("accuracy-time", "Holdout accuracy against training time per strategy", curves::accuracy_over_time),
+        (
+            "validation-time",
+            "Validation accuracy against training time per strategy (anytime accuracy)",
+            curves::validation_over_time,
+        ),
+        ("accuracy-bytes", "Accuracy against bytes moved per strategy", curves::accuracy_over_bytes),
         ("train-loss", "Training loss at each evaluation point per strategy", curves::train_loss),
         ("holdout-loss", "Holdout loss at each evaluation point per strategy", curves::holdout_loss),
         (

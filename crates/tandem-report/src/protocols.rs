@@ -18,7 +18,7 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
     }
     doc.push(Block::Heading(2, "Protocols against their matched baselines".into()));
     doc.push(Block::Paragraph(
-        "Each protocol (predictive sync, local learning, compressed boundaries) against vanilla model parallelism of the same pipeline, paired by seed: figures are means over the seeds both ran (n in the second table) with their 95 % intervals in brackets (Student's t; ratios on a log scale), none for one seed. Less communication is vanilla's bytes ÷ the protocol's, split into what compressing vanilla's boundaries to the same bits per value gives (vanilla ÷ compression-matched vanilla) and what the protocol adds (compression-matched ÷ protocol). Speedups are training time (evaluation excluded, simulated link waits included) of vanilla, and of sequential training on one device, ÷ the protocol's. The predictor column names what the stages after the first do between real steps (a predictor, or `replay`).".into(),
+        "Each protocol (predictive sync, local learning, compressed boundaries) against vanilla model parallelism of the same pipeline, paired by seed: figures are means over the seeds both ran (n in the second table) with their 95 % intervals in brackets (Student's t; ratios on a log scale), none for one seed. Less communication is vanilla's bytes ÷ the protocol's, split into what compressing vanilla's boundaries to the same bits per value gives (vanilla ÷ compression-matched vanilla) and what the protocol adds (compression-matched ÷ protocol). Speedups are training time (evaluation excluded, simulated link waits included) of vanilla, and of sequential training on one device, ÷ the protocol's; end to end, the wall clock from a run's start to its end (evaluation and checkpoints, the protocol's state included, counted; whole seconds). State held is what the stages keep between steps at the end (compression memories such as AQ-SGD's per-sample copies, local learning's replay buffers; predictors' parameter-sized state not counted), mean over seeds. The predictor column names what the stages after the first do between real steps (a predictor, or `replay`).".into(),
     ));
     let shown = |i: Option<Interval>, f: &dyn Fn(&Interval) -> String| i.as_ref().map_or("—".to_string(), f);
     // A row per comparison: model, strategy, then `cells`.
@@ -39,6 +39,8 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
             "from the protocol",
             "speedup vs vanilla",
             "speedup vs sequential",
+            "end-to-end speedup vs vanilla",
+            "state held (MB)",
         ],
         &|c| {
             let i = &c.intervals;
@@ -54,11 +56,13 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
                 shown(i.from_protocol, &|i| i.times(1)),
                 shown(i.speedup, &|i| i.times(2)),
                 shown(i.speedup_vs_sequential, &|i| i.times(2)),
+                shown(i.end_to_end_speedup, &|i| i.times(2)),
+                shown(i.state_bytes, &|i| format!("{:.1}", i.mean / 1e6)),
             ]
         },
     ));
     doc.push(Block::Paragraph(
-        "Accuracy changes in points, paired by seed: against vanilla on the validation set (what choices read) and on the holdout set; against the compression-matched vanilla and, for local learning, against the objective-matched baseline (the same auxiliary heads with a real step every step, no compression) on the holdout set. The predictive-sync column compares each predictor with the static predictor (no prediction: the skipped batches are simply not learned from) at the same number of sync steps: a predictor is useful only where it is positive. Prequential accuracy is test-then-train over the batches that had a forward pass before their update.".into(),
+        "Accuracy changes in points, paired by seed: against vanilla on the validation set (what choices read) and on the holdout set; against the compression-matched vanilla and, for local learning, against the objective-matched baseline (the same auxiliary heads with a real step every step, no compression) on the holdout set. The predictive-sync column compares each predictor with the static predictor (no prediction: the skipped batches are simply not learned from) at the same number of sync steps: a predictor is useful only where it is positive. Time to vanilla's accuracy is the training time until the protocol's accuracy (validation where there is a split) first reached the final accuracy of vanilla's run of the same seed, mean over the seeds where it did. Prequential accuracy is test-then-train over the batches that had a forward pass before their update.".into(),
     ));
     doc.push(rows(
         &[
@@ -69,6 +73,7 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
             "objective-matched",
             "vs objective-matched, holdout",
             "vs static at equal syncs",
+            "time to vanilla's accuracy (s)",
             "prequential accuracy (%)",
         ],
         &|c| {
@@ -87,6 +92,12 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
                         "no static run at this sync count".into()
                     }
                     None => "—".into(),
+                },
+                match (i.time_to_vanilla, i.reached_vanilla) {
+                    (_, (0, 0)) => "—".into(),
+                    (None, _) => "never".into(),
+                    (Some(t), (k, n)) if k == n => format!("{:.1}", t.mean),
+                    (Some(t), (k, n)) => format!("{:.1} ({k} of {n} seeds; the others never)", t.mean),
                 },
                 c.prequential.map_or("—".into(), |p| format!("{:.1}", p * 100.0)),
             ]

@@ -14,7 +14,7 @@
 //! Read from the runs' last records: a pipeline's sync figures (protocol, predictor, trigger,
 //! sync steps) and its compression. A vanilla run is a pipeline with neither.
 
-use tandem_results::{PipelineFigures, Protocol, Run, StrategyFigures, SyncFigures, Target};
+use tandem_results::{EpochRecord, PipelineFigures, Protocol, Run, StrategyFigures, SyncFigures, Target};
 
 use crate::aggregate::{Group, SettingTable, Stat, BASELINE};
 use crate::interval::Interval;
@@ -86,6 +86,16 @@ pub struct Intervals {
     pub speedup: Option<Interval>,
     /// Sequential training time on one device / protocol training time.
     pub speedup_vs_sequential: Option<Interval>,
+    /// Vanilla's wall clock from start to end / the protocol's: evaluation, checkpoints (the
+    /// protocol's state included) and waits counted.
+    pub end_to_end_speedup: Option<Interval>,
+    /// Bytes of protocol state held at the end (all stages), and the same for vanilla.
+    pub state_bytes: Option<Interval>,
+    /// Training seconds until the protocol's accuracy (validation where there is a split) first
+    /// reached vanilla's final accuracy of the same seed, over the seeds where it did; and how
+    /// many seeds did, of those paired.
+    pub time_to_vanilla: Option<Interval>,
+    pub reached_vanilla: (usize, usize),
     /// Accuracy change against vanilla (fractions), on the holdout and the validation set.
     pub holdout_change: Option<Interval>,
     pub validation_change: Option<Interval>,
@@ -133,7 +143,7 @@ fn mean_sync_steps(g: &Group) -> Option<Stat> {
 }
 
 /// `f(mine, theirs)` for each seed both groups ran.
-fn paired(mine: &Group, theirs: &Group, f: impl Fn(&Run, &Run) -> Option<f64>) -> Vec<f64> {
+fn paired<T>(mine: &Group, theirs: &Group, f: impl Fn(&Run, &Run) -> Option<T>) -> Vec<T> {
     let seed = |r: &Run| r.summary.as_ref().map(|s| s.seed);
     mine.runs.iter().filter_map(|a| theirs.runs.iter().find(|b| seed(a) == seed(b)).and_then(|b| f(a, b))).collect()
 }
@@ -152,6 +162,29 @@ fn holdout_accuracy(r: &Run) -> Option<f64> {
 
 fn validation_accuracy(r: &Run) -> Option<f64> {
     r.finished().and_then(|s| s.final_validation.as_ref()).map(|m| m.accuracy)
+}
+
+/// The accuracy choices read at a record: validation where there is a split, else holdout.
+fn judged_accuracy(record: &EpochRecord) -> f64 {
+    record.validation.as_ref().map_or(record.holdout.accuracy, |v| v.metrics.accuracy)
+}
+
+/// Training seconds until `mine` first reached `theirs`'s final accuracy (`Some(None)`: never).
+fn time_to_reach(mine: &Run, theirs: &Run) -> Option<Option<f64>> {
+    let goal = judged_accuracy(theirs.epochs.last()?);
+    let mut seconds = 0.0;
+    for record in &mine.epochs {
+        seconds += record.train_seconds;
+        if judged_accuracy(record) >= goal {
+            return Some(Some(seconds));
+        }
+    }
+    Some(None)
+}
+
+/// Bytes of protocol state at the run's end.
+fn state_bytes(r: &Run) -> Option<f64> {
+    r.last_figures().and_then(StrategyFigures::pipeline).and_then(|p| p.state_bytes)
 }
 
 /// Theirs ÷ mine of `f`, paired by seed.
@@ -218,6 +251,13 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 },
                 speedup: ratio(g, vanilla, seconds),
                 speedup_vs_sequential: sequential.and_then(|s| ratio(g, s, seconds)),
+                end_to_end_speedup: ratio(g, vanilla, |r| r.finished()?.wall_seconds().filter(|s| *s > 0.0)),
+                state_bytes: Interval::of_differences(&g.runs.iter().filter_map(|r| state_bytes(r)).collect::<Vec<_>>()),
+                time_to_vanilla: Interval::of_differences(&paired(g, vanilla, time_to_reach).into_iter().flatten().collect::<Vec<_>>()),
+                reached_vanilla: {
+                    let reached = paired(g, vanilla, time_to_reach);
+                    (reached.iter().filter(|t| t.is_some()).count(), reached.len())
+                },
                 holdout_change: difference(g, vanilla, holdout_accuracy),
                 validation_change: difference(g, vanilla, validation_accuracy),
                 versus_compression: compressed.and_then(|c| difference(g, c, holdout_accuracy)),

@@ -176,6 +176,14 @@ impl RunSummary {
         }
     }
 
+    /// Seconds from the run's start to its end as recorded (evaluation, checkpoints and waits
+    /// included; whole seconds); `None` where a timestamp does not parse.
+    pub fn wall_seconds(&self) -> Option<f64> {
+        let at = |t: &str| humantime::parse_rfc3339(t).ok();
+        let seconds = at(&self.finished_at)?.duration_since(at(&self.started_at)?).ok()?.as_secs_f64();
+        Some(seconds)
+    }
+
     /// Fills the figures that derive from the epoch records.
     pub fn set_epochs(&mut self, records: &[EpochRecord]) {
         self.epochs_completed = records.iter().filter(|r| r.stream.as_ref().is_none_or(|s| s.pass_complete)).count();

@@ -166,8 +166,15 @@ fn compressed_boundaries_are_lossless_at_32_bits_close_at_8_and_counted_at_their
         let backward = expected_bytes(&batches, 3, 16, gradient_bits);
         let (f, b) = link_bytes(&stats);
         assert_eq!((f.round() as u64, b.round() as u64), (forward, backward), "{compression:?}");
-        assert_eq!(stats.figures.pipeline().unwrap().compression.as_deref(), Some(&compression.label()[1..]));
+        let pipeline = stats.figures.pipeline().unwrap();
+        assert_eq!(pipeline.compression.as_deref(), Some(&compression.label()[1..]));
+        // AQ-SGD keeps a copy of every sample's activation at both ends, error feedback a carried
+        // error at each sender (activations forward, gradients back); plain quantisation nothing.
+        let per_copy = (data.len() * TOY_MAX_LEN * 16 * size_of::<f32>()) as f64;
+        let held = if scheme == Scheme::Plain { 0.0 } else { 2.0 * per_copy };
+        assert_eq!(pipeline.state_bytes, Some(held), "{compression:?}");
     }
+    assert_eq!(expected.figures.pipeline().unwrap().state_bytes, Some(0.0), "vanilla keeps nothing between steps");
 }
 
 #[test]
@@ -189,6 +196,9 @@ fn between_real_steps_replay_moves_no_byte_transfers_go_forward_only_and_labels_
     let sync = stats.figures.sync().unwrap();
     assert_eq!((sync.sync_steps, sync.local_steps, sync.transfer_steps), (4, 10, 0));
     assert!(sync.replayed_samples > 0, "the last stage replays what it received at real steps");
+    // What it keeps: the last 2 batches of 12 received (of 48 samples), 16 features per token.
+    let kept = (2 * train.batch_size * TOY_MAX_LEN * 16 * size_of::<f32>()) as f64;
+    assert_eq!(stats.figures.pipeline().unwrap().state_bytes, Some(kept));
     // The first stage learned locally on the 10 other batches (112 samples): their labels crossed.
     let local_samples: usize = batches.iter().enumerate().filter(|(i, _)| i % 4 != 0).map(|(_, b)| b.len()).sum();
     assert_eq!(sync.label_bytes_per_step * stats.steps as f64, (local_samples as u64 * LABEL_BYTES) as f64);

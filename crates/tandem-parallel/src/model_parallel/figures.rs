@@ -8,6 +8,7 @@ use burn::tensor::backend::AutodiffBackend;
 use tandem_results::{LinkFigures, PipelineFigures, PipelineRanks, StrategyFigures, SyncFigures, TrafficPerStep};
 use tandem_train::TrainStats;
 
+use super::payload::StageCodecs;
 use super::relay::Relayed;
 use super::stage::Stage;
 use super::wiring::Placement;
@@ -220,6 +221,10 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             links_per_step: links,
             bytes_per_step: per_step(bytes as f64),
             communication_share: transfer_share,
+            state_bytes: Some(
+                (self.codecs.iter().map(StageCodecs::held_bytes).sum::<usize>()
+                    + self.stages.iter().map(|s| s.replay_bytes()).sum::<usize>()) as f64,
+            ),
             sync,
             across_ranks,
         };

@@ -64,6 +64,11 @@ impl<B: AutodiffBackend> Local<B> {
         }
     }
 
+    /// Bytes of the inputs buffered for replay.
+    pub(super) fn held_bytes(&self) -> usize {
+        self.buffer.iter().map(|(_, input)| input.num_elements() * size_of::<f32>()).sum()
+    }
+
     fn buffered(&self) -> usize {
         self.buffer.iter().map(|(s, _)| s.len()).sum()
     }

@@ -60,6 +60,11 @@ impl StageCodecs {
         [&self.to_next, &self.from_previous, &self.to_previous, &self.from_next]
     }
 
+    /// Bytes the four codecs' memories hold.
+    pub fn held_bytes(&self) -> usize {
+        self.all().iter().map(|c| c.held_bytes()).sum()
+    }
+
     /// The four codecs' memories, for a checkpoint.
     pub fn state(&self) -> Vec<Vec<u8>> {
         self.all().iter().map(|c| c.memory_bytes()).collect()

@@ -192,6 +192,11 @@ impl<B: AutodiffBackend> Stage<B> {
         self.grads.accumulate(module, GradientsParams::from_module(grads, module));
     }
 
+    /// Bytes of the inputs this stage keeps for replay.
+    pub fn replay_bytes(&self) -> usize {
+        self.local.as_ref().map_or(0, |local| local.held_bytes())
+    }
+
     /// Keeps an input this stage received (its `samples`) for replay, if it replays.
     pub fn remember(&mut self, samples: &[usize], input: &Wire<B>) {
         if let Some(local) = &mut self.local {

@@ -43,6 +43,11 @@ pub struct PipelineFigures {
     pub bytes_per_step: f64,
     /// Transfer time over wall time, mean over stages.
     pub communication_share: f64,
+    /// Bytes the stages of this process keep between steps at the record's end: the boundaries'
+    /// per-sample memories (AQ-SGD copies, error feedback) and local learning's replay buffers
+    /// (predictors' parameter-sized state not counted); absent in results older than the figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_bytes: Option<f64>,
     /// Predictive synchronisation's figures (absent: every step is a real one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<SyncFigures>,
