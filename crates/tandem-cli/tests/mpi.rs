@@ -439,7 +439,7 @@ mod tests {
         text.lines()
             .map(|line| {
                 let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
-                for timing in ["train_seconds", "eval_seconds", "train_samples_per_second", "figures"] {
+                for timing in ["train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_second", "figures"] {
                     record.as_object_mut().unwrap().remove(timing);
                 }
                 record

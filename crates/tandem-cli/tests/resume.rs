@@ -83,7 +83,7 @@ fn results_of(dir: &Path) -> Vec<serde_json::Value> {
         .map(|line| {
             let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
             let record = v.as_object_mut().unwrap();
-            for timing in ["train_seconds", "eval_seconds", "train_samples_per_second", "figures"] {
+            for timing in ["train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_second", "figures"] {
                 record.remove(timing);
             }
             v

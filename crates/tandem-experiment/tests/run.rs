@@ -89,6 +89,16 @@ fn a_validation_split_is_evaluated_at_every_point_and_the_report_target_kept_bes
             records.iter().map(|r| r.validation.as_ref().unwrap().metrics.confusion.total() as usize).collect();
         assert_eq!(validation, [1520, 1520], "{}: validation at each point", s.run_id);
         assert_eq!(s.final_validation.as_ref(), Some(&records[1].validation.as_ref().unwrap().metrics));
+        for r in &records {
+            let wall = r.wall_seconds.unwrap();
+            assert!(
+                wall >= r.train_seconds + r.eval_seconds,
+                "{}: the wall clock holds training and evaluation",
+                s.run_id
+            );
+        }
+        let wall: f64 = records.iter().map(|r| r.wall_seconds.unwrap()).sum();
+        assert!((s.wall_seconds.unwrap() - wall).abs() < 1e-9, "{}", s.run_id);
         assert!(s.data.contains("25 % of training rows held out for validation"), "{}", s.data);
         let chosen = records.iter().max_by(|a, b| {
             let v = |r: &tandem_train::EpochRecord| r.validation.as_ref().unwrap().metrics.accuracy;

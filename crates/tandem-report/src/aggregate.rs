@@ -66,8 +66,6 @@ pub struct Group<'a> {
     /// Against the [`BASELINE`] run of the same model and seed (pairs only).
     pub speedup: Option<Stat>,
     pub accuracy: Stat,
-    /// Validation accuracy (absent without a validation split).
-    pub validation_accuracy: Option<Stat>,
     pub macro_precision: Stat,
     pub macro_recall: Stat,
     pub macro_f1: Stat,
@@ -199,9 +197,6 @@ fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
         samples_per_second: stat(&|s| s.train_samples_per_second),
         speedup: Stat::of(&speedups),
         accuracy: metric(|m| m.accuracy),
-        validation_accuracy: Stat::of(
-            &summaries.iter().filter_map(|s| s.final_validation.as_ref().map(|m| m.accuracy)).collect::<Vec<_>>(),
-        ),
         macro_precision: metric(|m| m.macro_precision),
         macro_recall: metric(|m| m.macro_recall),
         macro_f1: metric(|m| m.macro_f1),

@@ -57,11 +57,7 @@ pub fn validation_over_time(table: &SettingTable) -> PlotResult<Option<String>> 
 /// Accuracy (%) after each evaluation — validation where the runs have a split, else holdout —
 /// against the megabytes moved so far, for the strategies that communicate.
 pub fn accuracy_over_bytes(table: &SettingTable) -> PlotResult<Option<String>> {
-    let curve: CurveOf = |runs| {
-        let judged =
-            |r: &EpochRecord| Some(r.validation.as_ref().map_or(r.holdout.accuracy, |v| v.metrics.accuracy) * 100.0);
-        mean_curve(runs, megabytes_until, judged)
-    };
+    let curve: CurveOf = |runs| mean_curve(runs, megabytes_until, |r| Some(r.judged_accuracy() * 100.0));
     let title = "Accuracy (validation where there is a split, else holdout) against bytes moved (mean over seeds)";
     figure(table, title, Axis::Megabytes, "accuracy (%)", curve)
 }

@@ -121,16 +121,33 @@ pub fn build(runs: &[Run], inputs: &[PathBuf]) -> Result<Document, ReportError> 
     Ok(doc)
 }
 
-/// The `report.toml` beside the setting's run folders (the first found), or none.
+/// The `report.toml` beside the setting's run folders, or none; an error where two folders of
+/// the setting hold different ones.
 fn report_settings(table: &SettingTable) -> Result<ReportSettings, ReportError> {
     let mut dirs: Vec<&Path> = table.groups.iter().flat_map(|g| &g.runs).filter_map(|r| r.dir.parent()).collect();
     dirs.sort();
     dirs.dedup();
-    let Some(path) = dirs.iter().map(|d| d.join(tandem_results::REPORT_FILE)).find(|p| p.is_file()) else {
-        return Ok(ReportSettings::default());
-    };
-    let fail = |message: String| ReportError::Settings { path: path.clone(), message };
-    let text = std::fs::read_to_string(&path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let mut found: Option<(PathBuf, ReportSettings)> = None;
+    for path in dirs.iter().map(|d| d.join(tandem_results::REPORT_FILE)).filter(|p| p.is_file()) {
+        let settings = read_report_settings(&path)?;
+        match &found {
+            Some((first, kept)) if *kept != settings => {
+                return Err(ReportError::Settings {
+                    path,
+                    message: format!("differs from {}, for runs of the same setting; make them agree", first.display()),
+                })
+            }
+            Some(_) => {}
+            None => found = Some((path, settings)),
+        }
+    }
+    Ok(found.map(|(_, settings)| settings).unwrap_or_default())
+}
+
+/// One `report.toml`, checked.
+fn read_report_settings(path: &Path) -> Result<ReportSettings, ReportError> {
+    let fail = |message: String| ReportError::Settings { path: path.to_path_buf(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
     let settings: ReportSettings = toml::from_str(&text).map_err(|e| fail(e.to_string().trim_end().to_string()))?;
     match settings.target.as_ref().and_then(|t| t.problem()) {
         Some((field, message)) => Err(fail(format!("target.{field} {message}"))),

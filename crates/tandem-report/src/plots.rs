@@ -318,6 +318,9 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
     let rows = models.len().div_ceil(2) as u32;
     let plots_height = 400 * rows + 40;
     let title = "Protocols against vanilla model parallelism (mean over seeds; marker size and label: speedup)";
+    // The accuracy the verdict reads: validation where the runs have a split.
+    let on_validation = comparisons.iter().any(|c| c.intervals.validation_change.is_some());
+    let y_desc = if on_validation { "validation accuracy change (points)" } else { "accuracy change (points)" };
     // Without a target, the axes still reach vanilla's point (1×, 0 points).
     let target = table.report.target;
     let (target_reduction, target_points) = target.map_or((1.0, 0.0), |t| (t.communication_reduction, t.points_lost));
@@ -329,7 +332,10 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
             let points: Vec<(&SyncComparison, (f64, f64))> = comparisons
                 .iter()
                 .filter(|c| c.model == *model)
-                .map(|c| (c, (c.communication_reduction.unwrap_or(1.0).max(1e-3), c.accuracy_change)))
+                .map(|c| {
+                    let change = c.judged_change().map_or(c.accuracy_change, |i| i.mean * 100.0);
+                    (c, (c.communication_reduction.unwrap_or(1.0).max(1e-3), change))
+                })
                 .collect();
             let fold = |f: fn(f64, f64) -> f64, of: fn(&(f64, f64)) -> f64, start: f64| {
                 points.iter().map(|p| of(&p.1)).fold(start, f)
@@ -354,7 +360,7 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
                 .label_style((FONT, 13))
                 .x_label_formatter(&|_| String::new())
                 .x_desc("less communication than vanilla (×, log)")
-                .y_desc("accuracy change (points)")
+                .y_desc(y_desc)
                 .draw()
                 .map_err(err)?;
             for factor in log_ticks(x_lo, x_hi) {

@@ -18,7 +18,7 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
     }
     doc.push(Block::Heading(2, "Protocols against their matched baselines".into()));
     doc.push(Block::Paragraph(
-        "Each protocol (predictive sync, local learning, compressed boundaries) against vanilla model parallelism of the same pipeline, paired by seed: figures are means over the seeds both ran (n in the second table) with their 95 % intervals in brackets (Student's t; ratios on a log scale), none for one seed. Less communication is vanilla's bytes ÷ the protocol's, split into what compressing vanilla's boundaries to the same bits per value gives (vanilla ÷ compression-matched vanilla) and what the protocol adds (compression-matched ÷ protocol). Speedups are training time (evaluation excluded, simulated link waits included) of vanilla, and of sequential training on one device, ÷ the protocol's; end to end, the wall clock from a run's start to its end (evaluation and checkpoints, the protocol's state included, counted; whole seconds). State held is what the stages keep between steps at the end (compression memories such as AQ-SGD's per-sample copies, local learning's replay buffers; predictors' parameter-sized state not counted), mean over seeds. The predictor column names what the stages after the first do between real steps (a predictor, or `replay`).".into(),
+        "Each protocol (predictive sync, local learning, compressed boundaries) against vanilla model parallelism of the same pipeline, paired by seed: figures are means over the seeds both ran (n in the second table) with their 95 % intervals in brackets (Student's t; ratios on a log scale), none for one seed. Less communication is vanilla's bytes ÷ the protocol's, split into what compressing vanilla's boundaries to the same bits per value gives (vanilla ÷ compression-matched vanilla) and what the protocol adds (compression-matched ÷ protocol). Speedups are training time (evaluation excluded, simulated link waits included) of vanilla, and of sequential training on one device, ÷ the protocol's; end to end, the wall clock summed over the run's records (evaluation, checkpoints with the protocol's state, and results writing counted). State held is what the stages keep between steps at the end (compression memories such as AQ-SGD's per-sample copies, local learning's replay buffers; predictors' parameter-sized state not counted; in a multi-process run, the stages of the process that wrote the results), mean over seeds. The predictor column names what the stages after the first do between real steps (a predictor, or `replay`).".into(),
     ));
     let shown = |i: Option<Interval>, f: &dyn Fn(&Interval) -> String| i.as_ref().map_or("—".to_string(), f);
     // A row per comparison: model, strategy, then `cells`.
@@ -48,7 +48,10 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
                 c.protocol.name().to_string(),
                 c.predictor.clone(),
                 c.trigger.clone(),
-                c.reference.clone(),
+                match c.same_shape {
+                    true => c.reference.clone(),
+                    false => format!("{} (another pipeline: not judged)", c.reference),
+                },
                 c.compression_matched.clone().unwrap_or_else(|| "—".into()),
                 stat(c.sync_steps, 1.0, 0),
                 shown(i.reduction, &|i| i.times(1)),

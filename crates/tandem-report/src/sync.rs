@@ -14,7 +14,7 @@
 //! Read from the runs' last records: a pipeline's sync figures (protocol, predictor, trigger,
 //! sync steps) and its compression. A vanilla run is a pipeline with neither.
 
-use tandem_results::{EpochRecord, PipelineFigures, Protocol, Run, StrategyFigures, SyncFigures, Target};
+use tandem_results::{PipelineFigures, Protocol, Run, StrategyFigures, SyncFigures, Target};
 
 use crate::aggregate::{Group, SettingTable, Stat, BASELINE};
 use crate::interval::Interval;
@@ -49,8 +49,12 @@ pub struct SyncComparison {
     pub trigger: String,
     /// The vanilla model-parallel strategy compared with.
     pub reference: String,
+    /// Whether that vanilla run has the protocol's pipeline shape (else it is the model's
+    /// fastest, shown but left out of the verdict).
+    pub same_shape: bool,
     /// Vanilla of the same pipeline with the same boundary compression; `None` where the
-    /// protocol compresses nothing (the reference is then matched) or no such run exists.
+    /// protocol compresses nothing (the reference is then matched), where it is itself such a
+    /// vanilla run, or where no such run exists.
     pub compression_matched: Option<String>,
     /// Local learning: the same pipeline, auxiliary heads and objective with a real step every
     /// step and no compression.
@@ -86,10 +90,11 @@ pub struct Intervals {
     pub speedup: Option<Interval>,
     /// Sequential training time on one device / protocol training time.
     pub speedup_vs_sequential: Option<Interval>,
-    /// Vanilla's wall clock from start to end / the protocol's: evaluation, checkpoints (the
+    /// Vanilla's wall clock over its records / the protocol's: evaluation, checkpoints (the
     /// protocol's state included) and waits counted.
     pub end_to_end_speedup: Option<Interval>,
-    /// Bytes of protocol state held at the end (all stages), and the same for vanilla.
+    /// Bytes of protocol state held at the end by the stages of the process that wrote the
+    /// results (every stage, in a run of one process).
     pub state_bytes: Option<Interval>,
     /// Training seconds until the protocol's accuracy (validation where there is a split) first
     /// reached vanilla's final accuracy of the same seed, over the seeds where it did; and how
@@ -101,9 +106,8 @@ pub struct Intervals {
     pub validation_change: Option<Interval>,
     /// Holdout accuracy change against the compression-matched vanilla.
     pub versus_compression: Option<Interval>,
-    /// Accuracy change against the objective-matched baseline, holdout and validation.
+    /// Holdout accuracy change against the objective-matched baseline.
     pub versus_objective: Option<Interval>,
-    pub versus_objective_validation: Option<Interval>,
 }
 
 fn pipeline<'a>(g: &'a Group) -> Option<&'a PipelineFigures> {
@@ -119,9 +123,14 @@ fn is_vanilla(g: &Group) -> bool {
     pipeline(g).is_some_and(|p| p.sync.is_none() && p.compression.is_none())
 }
 
-/// Local learning with a real step every step: the protocol's objective without its savings.
+/// Local learning with a real step at every step of every record of every run: the protocol's
+/// objective without its savings.
 fn is_objective_baseline(g: &Group) -> bool {
-    sync(g).is_some_and(|s| s.protocol == Protocol::Local && s.predicted_steps == 0 && s.local_steps == 0)
+    let every_step_real =
+        |s: &SyncFigures| s.protocol == Protocol::Local && s.predicted_steps == 0 && s.local_steps == 0;
+    g.runs
+        .iter()
+        .all(|r| !r.epochs.is_empty() && r.epochs.iter().all(|e| e.figures.sync().is_some_and(every_step_real)))
 }
 
 /// The pipeline's shape, which a protocol and its baselines share.
@@ -142,10 +151,20 @@ fn mean_sync_steps(g: &Group) -> Option<Stat> {
     Stat::of(&g.runs.iter().filter_map(|r| r.sync_steps()).collect::<Vec<_>>())
 }
 
-/// `f(mine, theirs)` for each seed both groups ran.
+/// `f(mine, theirs)` for each seed both groups ran, once per seed (a group holding two runs of
+/// one seed, from manifests that differ elsewhere, counts the first).
 fn paired<T>(mine: &Group, theirs: &Group, f: impl Fn(&Run, &Run) -> Option<T>) -> Vec<T> {
     let seed = |r: &Run| r.summary.as_ref().map(|s| s.seed);
-    mine.runs.iter().filter_map(|a| theirs.runs.iter().find(|b| seed(a) == seed(b)).and_then(|b| f(a, b))).collect()
+    let mut seen = Vec::new();
+    mine.runs
+        .iter()
+        .filter(|a| {
+            let first = !seen.contains(&seed(a));
+            seen.push(seed(a));
+            first
+        })
+        .filter_map(|a| theirs.runs.iter().find(|b| seed(a) == seed(b)).and_then(|b| f(a, b)))
+        .collect()
 }
 
 fn bytes(r: &Run) -> Option<f64> {
@@ -164,18 +183,13 @@ fn validation_accuracy(r: &Run) -> Option<f64> {
     r.finished().and_then(|s| s.final_validation.as_ref()).map(|m| m.accuracy)
 }
 
-/// The accuracy choices read at a record: validation where there is a split, else holdout.
-fn judged_accuracy(record: &EpochRecord) -> f64 {
-    record.validation.as_ref().map_or(record.holdout.accuracy, |v| v.metrics.accuracy)
-}
-
 /// Training seconds until `mine` first reached `theirs`'s final accuracy (`Some(None)`: never).
 fn time_to_reach(mine: &Run, theirs: &Run) -> Option<Option<f64>> {
-    let goal = judged_accuracy(theirs.epochs.last()?);
+    let goal = theirs.epochs.last()?.judged_accuracy();
     let mut seconds = 0.0;
     for record in &mine.epochs {
         seconds += record.train_seconds;
-        if judged_accuracy(record) >= goal {
+        if record.judged_accuracy() >= goal {
             return Some(Some(seconds));
         }
     }
@@ -211,12 +225,14 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
             let vanillas: Vec<&&Group> = same_model.iter().filter(|v| is_vanilla(v)).collect();
             let mine = pipeline(g)?;
             let fastest = vanillas.iter().min_by(|a, b| a.train_seconds.mean.total_cmp(&b.train_seconds.mean));
-            let vanilla = vanillas.iter().find(|v| pipeline(v).map(shape) == Some(shape(mine))).or(fastest)?;
+            let matched = vanillas.iter().find(|v| pipeline(v).map(shape) == Some(shape(mine)));
+            let vanilla = matched.or(fastest)?;
             let compressed = mine.compression.as_ref().and_then(|bits| {
                 same_model.iter().find(|c| {
-                    pipeline(c).is_some_and(|p| {
-                        p.sync.is_none() && p.compression.as_ref() == Some(bits) && shape(p) == shape(mine)
-                    })
+                    !std::ptr::eq(**c, *g)
+                        && pipeline(c).is_some_and(|p| {
+                            p.sync.is_none() && p.compression.as_ref() == Some(bits) && shape(p) == shape(mine)
+                        })
                 })
             });
             let objective = sync(g).filter(|s| s.protocol == Protocol::Local).and_then(|s| {
@@ -241,6 +257,7 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 })
                 .flatten()
                 .map(|s| (s.strategy.clone(), (g.accuracy.mean - s.accuracy.mean) * 100.0));
+            let reached = paired(g, vanilla, time_to_reach);
             let intervals = Intervals {
                 reduction: ratio(g, vanilla, bytes),
                 from_compression: compressed.and_then(|c| ratio(c, vanilla, bytes)),
@@ -251,18 +268,14 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 },
                 speedup: ratio(g, vanilla, seconds),
                 speedup_vs_sequential: sequential.and_then(|s| ratio(g, s, seconds)),
-                end_to_end_speedup: ratio(g, vanilla, |r| r.finished()?.wall_seconds().filter(|s| *s > 0.0)),
+                end_to_end_speedup: ratio(g, vanilla, |r| r.finished()?.wall_seconds),
                 state_bytes: Interval::of_differences(&g.runs.iter().filter_map(|r| state_bytes(r)).collect::<Vec<_>>()),
-                time_to_vanilla: Interval::of_differences(&paired(g, vanilla, time_to_reach).into_iter().flatten().collect::<Vec<_>>()),
-                reached_vanilla: {
-                    let reached = paired(g, vanilla, time_to_reach);
-                    (reached.iter().filter(|t| t.is_some()).count(), reached.len())
-                },
+                time_to_vanilla: Interval::of_differences(&reached.iter().flatten().copied().collect::<Vec<_>>()),
+                reached_vanilla: (reached.iter().filter(|t| t.is_some()).count(), reached.len()),
                 holdout_change: difference(g, vanilla, holdout_accuracy),
                 validation_change: difference(g, vanilla, validation_accuracy),
                 versus_compression: compressed.and_then(|c| difference(g, c, holdout_accuracy)),
                 versus_objective: objective.and_then(|o| difference(g, o, holdout_accuracy)),
-                versus_objective_validation: objective.and_then(|o| difference(g, o, validation_accuracy)),
             };
             Some(SyncComparison {
                 model: g.model.clone(),
@@ -272,6 +285,7 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 control: is_control(g),
                 trigger: name(g, |s| &s.trigger, "every step"),
                 reference: vanilla.strategy.clone(),
+                same_shape: matched.is_some(),
                 compression_matched: compressed.map(|c| c.strategy.clone()),
                 objective_matched: objective.map(|o| o.strategy.clone()),
                 sync_steps,
@@ -333,9 +347,11 @@ pub struct Choice<'a> {
     pub on_validation: bool,
 }
 
-/// Judges `model`'s protocols against `target`.
+/// Judges `model`'s protocols against `target` (those compared with a vanilla run of another
+/// pipeline shape left out). Several protocols are tested at once, each at 95 %: no
+/// multiple-comparison correction is applied.
 pub fn choose<'a>(model: &str, comparisons: &'a [SyncComparison], target: &Target) -> Choice<'a> {
-    let mine: Vec<&SyncComparison> = comparisons.iter().filter(|c| c.model == model).collect();
+    let mine: Vec<&SyncComparison> = comparisons.iter().filter(|c| c.model == model && c.same_shape).collect();
     let on_validation = !mine.is_empty() && mine.iter().all(|c| c.intervals.validation_change.is_some());
     let met: Vec<&SyncComparison> = mine.iter().copied().filter(|c| c.meets(target)).collect();
     let change = |c: &&SyncComparison| c.judged_change().map_or(f64::NEG_INFINITY, |i| i.mean);

@@ -25,6 +25,11 @@ pub struct EpochRecord {
     pub learning_rate: f64,
     pub train_seconds: f64,
     pub eval_seconds: f64,
+    /// Wall-clock seconds since the previous record was made (since training began, for the
+    /// first record of a run or of a resumed run): training, evaluation, and the previous
+    /// record's checkpoint and results writing. Absent in results older than the figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_seconds: Option<f64>,
     pub train_samples_per_second: f64,
     pub steps: usize,
     /// Test-then-train accuracy on the training batches since the previous record, each
@@ -36,6 +41,13 @@ pub struct EpochRecord {
     pub prequential_samples: usize,
     /// What the strategy measured over these batches (communication, stages, syncs…).
     pub figures: StrategyFigures,
+}
+
+impl EpochRecord {
+    /// The accuracy choices read: validation where the run has a validation set, else holdout.
+    pub fn judged_accuracy(&self) -> f64 {
+        self.validation.as_ref().map_or(self.holdout.accuracy, |v| v.metrics.accuracy)
+    }
 }
 
 /// A model evaluated on every sample of a set once.

@@ -61,6 +61,10 @@ pub struct RunSummary {
     /// Sum of the epochs' training time (evaluation excluded).
     pub train_seconds: f64,
     pub eval_seconds: f64,
+    /// Wall clock over the records (training, evaluation, checkpoints and results writing; a
+    /// resumed run's stretches added up): the end-to-end time; absent where a record lacks it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub wall_seconds: Option<f64>,
     pub train_samples_per_second: f64,
     /// Holdout metrics after the last completed epoch.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -157,6 +161,7 @@ impl RunSummary {
             epochs_completed: 0,
             train_seconds: 0.0,
             eval_seconds: 0.0,
+            wall_seconds: None,
             train_samples_per_second: 0.0,
             final_metrics: None,
             final_holdout_loss: None,
@@ -176,14 +181,6 @@ impl RunSummary {
         }
     }
 
-    /// Seconds from the run's start to its end as recorded (evaluation, checkpoints and waits
-    /// included; whole seconds); `None` where a timestamp does not parse.
-    pub fn wall_seconds(&self) -> Option<f64> {
-        let at = |t: &str| humantime::parse_rfc3339(t).ok();
-        let seconds = at(&self.finished_at)?.duration_since(at(&self.started_at)?).ok()?.as_secs_f64();
-        Some(seconds)
-    }
-
     /// Fills the figures that derive from the epoch records.
     pub fn set_epochs(&mut self, records: &[EpochRecord]) {
         self.epochs_completed = records.iter().filter(|r| r.stream.as_ref().is_none_or(|s| s.pass_complete)).count();
@@ -201,8 +198,8 @@ impl RunSummary {
             self.final_validation = last.validation.as_ref().map(|v| v.metrics.clone());
             self.figures = last.figures.clone();
         }
-        let chosen_on = |r: &EpochRecord| r.validation.as_ref().map_or(r.holdout.accuracy, |v| v.metrics.accuracy);
-        if let Some(best) = records.iter().max_by(|a, b| chosen_on(a).total_cmp(&chosen_on(b))) {
+        self.wall_seconds = records.iter().map(|r| r.wall_seconds).sum();
+        if let Some(best) = records.iter().max_by(|a, b| a.judged_accuracy().total_cmp(&b.judged_accuracy())) {
             self.best_epoch = Some(best.epoch);
             self.best_accuracy = Some(best.holdout.accuracy);
         }
@@ -345,6 +342,7 @@ mod tests {
             learning_rate: 1e-3,
             train_seconds: 1.0,
             eval_seconds: 0.1,
+            wall_seconds: None,
             train_samples_per_second: 10.0,
             steps: 4,
             prequential_accuracy: None,

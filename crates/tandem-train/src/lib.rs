@@ -338,6 +338,8 @@ pub fn train<B: AutodiffBackend>(
     let total_steps = steps_per_epoch.saturating_mul(config.epochs);
     let mut records = Vec::new();
     let mut point = 0;
+    // Wall clock since the previous record, whose checkpoint the observer writes after it.
+    let mut since_record = Instant::now();
     for epoch in 0..config.epochs {
         // A stream replays the order of pass 0.
         let order = tandem_data::epoch_order(train.len(), seed, if config.stream.is_some() { 0 } else { epoch });
@@ -369,9 +371,13 @@ pub fn train<B: AutodiffBackend>(
             let started = Instant::now();
             let stats = strategy.train_epoch(&plan)?;
             let mut train_seconds = started.elapsed().as_secs_f64();
+            // A point resumed part-way: its first part's training (a wall clock of the
+            // stopped process) counts too.
+            let mut wall_seconds = since_record.elapsed().as_secs_f64();
             let stats = match before {
                 Some(before) => {
                     train_seconds += before.train_seconds;
+                    wall_seconds += before.train_seconds;
                     before.stats.then(stats)
                 }
                 None => stats,
@@ -408,12 +414,14 @@ pub fn train<B: AutodiffBackend>(
                 learning_rate: optim::learning_rate(config, point_start + stats.steps.saturating_sub(1), total_steps),
                 train_seconds,
                 eval_seconds: started.elapsed().as_secs_f64(),
+                wall_seconds: Some(wall_seconds + started.elapsed().as_secs_f64()),
                 train_samples_per_second: stats.samples as f64 / train_seconds.max(1e-9),
                 steps: stats.steps,
                 prequential_accuracy: (stats.tested > 0).then(|| stats.correct as f64 / stats.tested as f64),
                 prequential_samples: stats.tested,
                 figures: stats.figures,
             };
+            since_record = Instant::now();
             observer.point(Point::Recorded(&record), &*strategy).map_err(TrainError::Stopped)?;
             records.push(record);
         }
