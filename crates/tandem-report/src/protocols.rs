@@ -60,7 +60,7 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
                 shown(i.speedup, &|i| i.times(2)),
                 shown(i.speedup_vs_sequential, &|i| i.times(2)),
                 shown(i.end_to_end_speedup, &|i| i.times(2)),
-                shown(i.state_bytes, &|i| format!("{:.1}", i.mean / 1e6)),
+                i.state_bytes.map_or("—".into(), |s| format!("{:.1}", s.mean / 1e6)),
             ]
         },
     ));

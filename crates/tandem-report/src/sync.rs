@@ -95,11 +95,11 @@ pub struct Intervals {
     pub end_to_end_speedup: Option<Interval>,
     /// Bytes of protocol state held at the end by the stages of the process that wrote the
     /// results (every stage, in a run of one process).
-    pub state_bytes: Option<Interval>,
+    pub state_bytes: Option<Stat>,
     /// Training seconds until the protocol's accuracy (validation where there is a split) first
     /// reached vanilla's final accuracy of the same seed, over the seeds where it did; and how
     /// many seeds did, of those paired.
-    pub time_to_vanilla: Option<Interval>,
+    pub time_to_vanilla: Option<Stat>,
     pub reached_vanilla: (usize, usize),
     /// Accuracy change against vanilla (fractions), on the holdout and the validation set.
     pub holdout_change: Option<Interval>,
@@ -269,8 +269,8 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 speedup: ratio(g, vanilla, seconds),
                 speedup_vs_sequential: sequential.and_then(|s| ratio(g, s, seconds)),
                 end_to_end_speedup: ratio(g, vanilla, |r| r.finished()?.wall_seconds),
-                state_bytes: Interval::of_differences(&g.runs.iter().filter_map(|r| state_bytes(r)).collect::<Vec<_>>()),
-                time_to_vanilla: Interval::of_differences(&reached.iter().flatten().copied().collect::<Vec<_>>()),
+                state_bytes: Stat::of(&g.runs.iter().filter_map(|r| state_bytes(r)).collect::<Vec<_>>()),
+                time_to_vanilla: Stat::of(&reached.iter().flatten().copied().collect::<Vec<_>>()),
                 reached_vanilla: (reached.iter().filter(|t| t.is_some()).count(), reached.len()),
                 holdout_change: difference(g, vanilla, holdout_accuracy),
                 validation_change: difference(g, vanilla, validation_accuracy),

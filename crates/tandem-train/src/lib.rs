@@ -371,13 +371,12 @@ pub fn train<B: AutodiffBackend>(
             let started = Instant::now();
             let stats = strategy.train_epoch(&plan)?;
             let mut train_seconds = started.elapsed().as_secs_f64();
-            // A point resumed part-way: its first part's training (a wall clock of the
-            // stopped process) counts too.
-            let mut wall_seconds = since_record.elapsed().as_secs_f64();
+            // A point resumed part-way: the stopped process's training of it counts in the wall
+            // clock too.
+            let resumed_seconds = before.as_ref().map_or(0.0, |b| b.train_seconds);
             let stats = match before {
                 Some(before) => {
                     train_seconds += before.train_seconds;
-                    wall_seconds += before.train_seconds;
                     before.stats.then(stats)
                 }
                 None => stats,
@@ -414,7 +413,7 @@ pub fn train<B: AutodiffBackend>(
                 learning_rate: optim::learning_rate(config, point_start + stats.steps.saturating_sub(1), total_steps),
                 train_seconds,
                 eval_seconds: started.elapsed().as_secs_f64(),
-                wall_seconds: Some(wall_seconds + started.elapsed().as_secs_f64()),
+                wall_seconds: Some(since_record.elapsed().as_secs_f64() + resumed_seconds),
                 train_samples_per_second: stats.samples as f64 / train_seconds.max(1e-9),
                 steps: stats.steps,
                 prequential_accuracy: (stats.tested > 0).then(|| stats.correct as f64 / stats.tested as f64),
