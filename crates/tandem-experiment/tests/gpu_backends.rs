@@ -96,6 +96,8 @@ mod tests {
         Starts,
         Agreement,
         RecurrentShapes,
+        TransformerShapes,
+        Loss,
         Training,
         Strategies,
     }
@@ -111,7 +113,9 @@ mod tests {
             match self.0 {
                 Check::Starts => {}
                 Check::Agreement => agrees_with_ndarray::<B>(name, device),
-                Check::RecurrentShapes => recurrent_shapes_agree_with_ndarray::<B>(name, device),
+                Check::RecurrentShapes => cases_agree_with_ndarray::<B>(name, device, recurrent_cases()),
+                Check::TransformerShapes => cases_agree_with_ndarray::<B>(name, device, transformer_cases()),
+                Check::Loss => loss_agrees_with_ndarray::<B>(name, device),
                 Check::Training => training_agrees_with_ndarray::<B>(name, device),
                 Check::Strategies => strategies_agree_on::<B>(name, device),
             }
@@ -238,12 +242,48 @@ mod tests {
         on_each_gpu_backend(Check::Agreement);
     }
 
+    /// One model at one shape: what it is, its configuration, the real tokens of each sample and
+    /// the positions of every sample.
+    struct Case {
+        what: String,
+        config: ModelConfig,
+        lengths: Vec<usize>,
+        seq: usize,
+    }
+
+    /// Logits and every gradient of each case agree with ndarray's as in [`agrees_with_ndarray`].
+    fn cases_agree_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device, cases: Vec<Case>) {
+        let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
+        let mut beyond = Vec::new();
+        for Case { what, config, lengths, seq } in cases {
+            let input = InputSpec { max_len: seq, ..INPUT };
+            let reference_device = Default::default();
+            let reference: Classifier<Reference> = config.init(&input, &reference_device);
+            let model: Classifier<B> = config.init(&input, &device).with_parameters_of(&reference);
+            let (expected_logits, expected_grads) = logits_and_gradients_on(
+                &reference,
+                batch_of::<Reference>(&lengths, seq, &reference_device),
+                &reference_device,
+            );
+            let (logits, grads) = logits_and_gradients_on(&model, batch_of::<B>(&lengths, seq, &device), &device);
+            let case =
+                format!("{name} {} {what}, batch {}, {seq} positions", config.architecture().name(), lengths.len());
+            let mut worst = largest_relative_difference(&expected_logits, &logits);
+            for (e, g) in expected_grads.iter().zip(&grads) {
+                worst = worst.max(largest_relative_difference(e, g));
+            }
+            eprintln!("{case}: logits and gradients within {worst:e} (relative) of ndarray");
+            if worst > tolerance {
+                beyond.push(format!("{case}: {worst:e} (relative) away from ndarray"));
+            }
+        }
+        assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+    }
+
     /// The recurrent layers' kernels at the edges of the shapes manifests allow: hidden 16 and 512
     /// (more units than a cube has threads), odd sizes, one step and 512 steps, one sample and 1,024
-    /// (several samples per cube), both directions, stacked layers; LSTM and GRU. Logits and every
-    /// gradient agree with ndarray's as in [`agrees_with_ndarray`].
-    fn recurrent_shapes_agree_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
-        let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
+    /// (several samples per cube), both directions, stacked layers; LSTM and GRU.
+    fn recurrent_cases() -> Vec<Case> {
         // (hidden, layers, bidirectional, real tokens per sample, positions)
         let shapes: [(usize, usize, bool, Vec<usize>, usize); 6] = [
             (16, 1, false, vec![1], 1),
@@ -253,7 +293,7 @@ mod tests {
             (16, 1, true, (0..1024).map(|i| 1 + i % 5).collect(), 5),
             (130, 1, false, vec![7; 67], 7),
         ];
-        let mut beyond = Vec::new();
+        let mut cases = Vec::new();
         for (hidden, layers, bidirectional, lengths, seq) in shapes {
             let recurrent = RecurrentConfig {
                 embedding_dim: 8,
@@ -264,40 +304,92 @@ mod tests {
                 dropout: 0.0,
                 ..Default::default()
             };
-            let input = InputSpec { max_len: seq, ..INPUT };
-            for config in [ModelConfig::Lstm(recurrent.clone()), ModelConfig::Gru(recurrent)] {
-                let reference_device = Default::default();
-                let reference: Classifier<Reference> = config.init(&input, &reference_device);
-                let model: Classifier<B> = config.init(&input, &device).with_parameters_of(&reference);
-                let (expected_logits, expected_grads) = logits_and_gradients_on(
-                    &reference,
-                    batch_of::<Reference>(&lengths, seq, &reference_device),
-                    &reference_device,
-                );
-                let (logits, grads) = logits_and_gradients_on(&model, batch_of::<B>(&lengths, seq, &device), &device);
-                let case = format!(
-                    "{name} {} hidden {hidden}, {layers} layer(s){}, batch {}, {seq} steps",
-                    config.architecture().name(),
-                    if bidirectional { ", bidirectional" } else { "" },
-                    lengths.len()
-                );
-                let mut worst = largest_relative_difference(&expected_logits, &logits);
-                for (e, g) in expected_grads.iter().zip(&grads) {
-                    worst = worst.max(largest_relative_difference(e, g));
-                }
-                eprintln!("{case}: logits and gradients within {worst:e} (relative) of ndarray");
-                if worst > tolerance {
-                    beyond.push(format!("{case}: {worst:e} (relative) away from ndarray"));
-                }
+            let what =
+                format!("hidden {hidden}, {layers} layer(s){}", if bidirectional { ", bidirectional" } else { "" });
+            for config in [ModelConfig::Lstm(recurrent.clone()), ModelConfig::Gru(recurrent.clone())] {
+                cases.push(Case { what: what.clone(), config, lengths: lengths.clone(), seq });
             }
         }
-        assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+        cases
+    }
+
+    /// The Transformer's row kernels (GELU, the scores' softmax, layer norm) at odd widths: one
+    /// position (a softmax over one score), odd model and feed-forward widths, pre- and post-norm,
+    /// more rows than a cube has units.
+    fn transformer_cases() -> Vec<Case> {
+        // (d_model, heads, d_ff, pre-norm, real tokens per sample, positions)
+        let shapes: [(usize, usize, usize, bool, Vec<usize>, usize); 3] = [
+            (6, 3, 7, true, vec![1], 1),
+            (12, 4, 20, false, vec![9, 4, 1], 9),
+            (10, 2, 13, true, (0..70).map(|i| 1 + i % 5).collect(), 5),
+        ];
+        shapes
+            .into_iter()
+            .map(|(d_model, heads, d_ff, norm_first, lengths, seq)| Case {
+                what: format!(
+                    "d_model {d_model}, {heads} heads, d_ff {d_ff}, {}",
+                    if norm_first { "pre-norm" } else { "post-norm" }
+                ),
+                config: ModelConfig::Transformer(TransformerConfig {
+                    d_model,
+                    heads,
+                    layers: 1,
+                    d_ff,
+                    norm_first,
+                    embedding_dropout: 0.0,
+                    dropout: 0.0,
+                    ..Default::default()
+                }),
+                lengths,
+                seq,
+            })
+            .collect()
     }
 
     #[test]
     fn recurrent_layers_agree_with_ndarray_at_the_edges_of_the_shapes_manifests_allow() {
         let _serial = serial();
         on_each_gpu_backend(Check::RecurrentShapes);
+    }
+
+    /// The loss of `rows` fixed logits of `classes` classes, and the logits' gradient of three times it.
+    fn loss_and_gradient<B: AutodiffBackend>(rows: usize, classes: usize, device: &B::Device) -> Vec<Vec<f32>> {
+        let values: Vec<f32> = (0..rows * classes).map(|i| (i as f32 * 0.71).sin() * 4.0).collect();
+        let labels: Vec<i64> = (0..rows).map(|r| ((r * 5 + 3) % classes) as i64).collect();
+        let logits = Tensor::<B, 2>::from_data(TensorData::new(values, [rows, classes]), device).require_grad();
+        let loss = tandem_train::loss(logits.clone(), Tensor::from_data(TensorData::new(labels, [rows]), device));
+        let gradient = logits.grad(&(loss.clone() * 3.0).backward()).expect("the logits require a gradient");
+        [loss.into_data(), gradient.into_data()].map(|d| d.convert::<f32>().iter::<f32>().collect()).into()
+    }
+
+    /// The loss's value and the logits' gradient agree with Burn's cross-entropy on ndarray: one
+    /// row, more rows than the forward kernel's cube has units, odd class counts.
+    fn loss_agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
+        let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
+        let mut beyond = Vec::new();
+        for (rows, classes) in [(1, 4), (3, 7), (300, 4), (1025, 2)] {
+            let expected = loss_and_gradient::<Reference>(rows, classes, &Default::default());
+            let got = loss_and_gradient::<B>(rows, classes, &device);
+            let worst = expected.iter().zip(&got).map(|(e, g)| largest_relative_difference(e, g)).fold(0f32, f32::max);
+            let case = format!("{name} loss of {rows} rows, {classes} classes");
+            eprintln!("{case}: value and gradient within {worst:e} (relative) of ndarray");
+            if worst > tolerance {
+                beyond.push(format!("{case}: {worst:e} (relative) away from ndarray"));
+            }
+        }
+        assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+    }
+
+    #[test]
+    fn the_loss_agrees_with_ndarray_in_value_and_gradient() {
+        let _serial = serial();
+        on_each_gpu_backend(Check::Loss);
+    }
+
+    #[test]
+    fn transformer_layers_agree_with_ndarray_at_odd_widths() {
+        let _serial = serial();
+        on_each_gpu_backend(Check::TransformerShapes);
     }
 
     /// One epoch of sequential training (global-norm clipping, AdamW with warm-up) on `B` ends with

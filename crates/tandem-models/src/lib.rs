@@ -33,4 +33,5 @@ pub use blocks::{
 };
 pub use classifier::{Classifier, CutError};
 pub use fast_path::{on_cpu, FastPath};
+pub use ops::loss::cross_entropy;
 pub use optimizer::{adamw_kernel_on, adamw_step, adamw_steps, squared_sum, AdamWOutput, Floats};

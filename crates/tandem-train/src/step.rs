@@ -1,6 +1,5 @@
 //! The pieces of a training step every strategy shares: gradients of a batch, and evaluation.
 
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor};
@@ -10,9 +9,9 @@ use tandem_models::Classifier;
 use crate::metrics::{ClassificationMetrics, ConfusionMatrix};
 use crate::Evaluation;
 
-/// Mean cross-entropy loss of a batch.
+/// Mean cross-entropy loss of a batch (one kernel each way on the GPU backends).
 pub fn loss<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-    CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
+    tandem_models::cross_entropy(logits, labels)
 }
 
 /// Forward + backward on one batch: the mean loss and the gradients of `model`'s parameters.

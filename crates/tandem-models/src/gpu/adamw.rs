@@ -2,14 +2,14 @@
 //! its gradient and both moments are read once and the three results written once. Burn's step
 //! is about fifteen tensor operations per parameter, each a launch and a pass over the values.
 
-use burn::tensor::{Shape, TensorMetadata};
+use burn::tensor::TensorMetadata;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use super::groups;
+use super::{empty_like, groups};
 use crate::adamw::AdamWScalars;
 
 /// Units per cube.
@@ -78,13 +78,6 @@ fn adamw_kernel(
     }
 }
 
-/// A contiguous f32 tensor shaped like `like`, its values not set.
-fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
-    let shape: Shape = like.shape();
-    let handle = like.client.empty((shape.num_elements() * like.dtype.size()).max(4));
-    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, like.dtype)
-}
-
 /// Every parameter and both its moments after one step (`[param, grad, moment 1, moment 2]`,
 /// f32, of one shape per parameter, on one device), the gradients clipped by `squared_norm` (one
 /// value, `‖g‖²`).
@@ -105,7 +98,7 @@ pub(crate) fn steps<R: CubeRuntime>(
         let mut outputs: [SequenceArg<R, Tensor<f32>>; 3] = Default::default();
         for [param, grad, moment_1, moment_2] in group {
             let [param, moment_1, moment_2] = [param, moment_1, moment_2].map(into_contiguous);
-            let out = [empty_like(&param), empty_like(&param), empty_like(&param)];
+            let out = [0; 3].map(|_| empty_like(&param, param.shape()));
             for (args, tensor) in inputs.iter_mut().zip([param, grad, moment_1, moment_2]) {
                 args.push(tensor.into_tensor_arg());
             }

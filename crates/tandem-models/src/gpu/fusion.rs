@@ -4,13 +4,13 @@
 
 use std::marker::PhantomData;
 
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
-use super::{recurrence::taped, GpuKernels, RecurrenceTape};
+use super::{recurrence::taped, rows::rows_of, GpuKernels, RecurrenceTape, RowOp, RowTape};
 use crate::adamw::AdamWScalars;
 use crate::kernels::recurrence::Cell;
 
@@ -112,6 +112,102 @@ impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for SquaredSum<B
     fn execute(&self, handles: &mut Handles<B>) {
         let inputs = self.desc.inputs.iter().map(|input| handles.get_float_tensor::<B>(input)).collect();
         handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::squared_sum(inputs));
+    }
+}
+
+/// A row operation's forward kernel as a fusion operation: input `[x]`, outputs `[output]` and,
+/// for layer norm, `[…, 1 / √(var + ε)]`.
+#[derive(Debug)]
+struct RowsForward<B> {
+    desc: CustomOpIr,
+    op: RowOp,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for RowsForward<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let x = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+        let (output, tape) = B::rows_forward(self.op, x);
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, output);
+        if let RowTape::Normalize { inverse, .. } = tape {
+            handles.register_float_tensor::<B>(&self.desc.outputs[1].id, inverse);
+        }
+    }
+}
+
+/// A row operation's backward kernel as a fusion operation: inputs `[grad]` and the tape's
+/// tensors, output the input's gradient.
+#[derive(Debug)]
+struct RowsBackward<B> {
+    desc: CustomOpIr,
+    tape: RowTape<TensorIr>,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for RowsBackward<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let grad = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+        let tape = self.tape.clone().map(|ir| handles.get_float_tensor::<B>(&ir));
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::rows_backward(tape, grad));
+    }
+}
+
+/// The cross-entropy's forward kernel as a fusion operation: inputs `[logits, labels]`, outputs
+/// `[loss, softmax]`.
+#[derive(Debug)]
+struct CrossEntropyForward<B> {
+    desc: CustomOpIr,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for CrossEntropyForward<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let logits = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+        let labels = handles.get_int_tensor::<B>(&self.desc.inputs[1]);
+        let (loss, softmax) = B::cross_entropy_forward(logits, labels);
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, loss);
+        handles.register_float_tensor::<B>(&self.desc.outputs[1].id, softmax);
+    }
+}
+
+/// The cross-entropy's backward kernel as a fusion operation: inputs `[softmax, labels, grad]`,
+/// output the logits' gradient.
+#[derive(Debug)]
+struct CrossEntropyBackward<B> {
+    desc: CustomOpIr,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for CrossEntropyBackward<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let softmax = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+        let labels = handles.get_int_tensor::<B>(&self.desc.inputs[1]);
+        let grad = handles.get_float_tensor::<B>(&self.desc.inputs[2]);
+        let logits = B::cross_entropy_backward(softmax, labels, grad);
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, logits);
+    }
+}
+
+/// The windows of a sequence as a fusion operation, forward (input `x`, output the windows) or
+/// backward (input their gradient, output `x`'s).
+#[derive(Debug)]
+struct Windows<B> {
+    desc: CustomOpIr,
+    /// `(width, positions)` forward; `(width, seq)` backward.
+    width: usize,
+    length: usize,
+    forward: bool,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Windows<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let input = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+        let output = match self.forward {
+            true => B::windows_forward(input, self.width, self.length),
+            false => B::windows_backward(input, self.length, self.width),
+        };
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, output);
     }
 }
 
@@ -226,4 +322,100 @@ impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
             .expect("the backward operation's three outputs");
         (projected, weight, bias)
     }
+
+    fn rows_forward(op: RowOp, x: FloatTensor<Self>) -> (FloatTensor<Self>, RowTape<FloatTensor<Self>>) {
+        let client = x.client.clone();
+        let shape = x.shape();
+        let (rows, _) = rows_of(&shape);
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, x.dtype);
+        let mut outputs = vec![out(shape.clone())];
+        if let RowOp::Normalize { .. } = op {
+            outputs.push(out(Shape::new([rows])));
+        }
+        let streams = OperationStreams::with_inputs([&x]);
+        let input = x.clone();
+        let desc = CustomOpIr::new("tandem_rows_forward", &[x.into_ir()], &outputs);
+        let operation = RowsForward::<B> { desc: desc.clone(), op, _backend: PhantomData };
+        let mut tensors = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        let output = tensors.next().expect("the row operation's output");
+        let tape = match op {
+            RowOp::Gelu => RowTape::Gelu { input },
+            RowOp::Softmax => RowTape::Softmax { output: output.clone() },
+            RowOp::Normalize { .. } => {
+                RowTape::Normalize { output: output.clone(), inverse: tensors.next().expect("layer norm's inverse") }
+            }
+        };
+        (output, tape)
+    }
+
+    fn rows_backward(tape: RowTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        let client = grad.client.clone();
+        let output = TensorIr::uninit(client.create_empty_handle(), grad.shape(), grad.dtype);
+        let streams = OperationStreams::with_inputs([&grad].into_iter().chain(tape.tensors()));
+        let tape = tape.map(|t| t.into_ir());
+        let inputs: Vec<TensorIr> = [grad.into_ir()].into_iter().chain(tape.tensors().into_iter().cloned()).collect();
+        let desc = CustomOpIr::new("tandem_rows_backward", &inputs, &[output]);
+        let operation = RowsBackward::<B> { desc: desc.clone(), tape, _backend: PhantomData };
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        outputs.next().expect("the row operation's gradient")
+    }
+
+    fn cross_entropy_forward(
+        logits: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let client = logits.client.clone();
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, logits.dtype);
+        let outputs = [out(Shape::new([1])), out(logits.shape())];
+        let streams = OperationStreams::with_inputs([&logits, &labels]);
+        let desc = CustomOpIr::new("tandem_cross_entropy_forward", &[logits.into_ir(), labels.into_ir()], &outputs);
+        let operation = CrossEntropyForward::<B> { desc: desc.clone(), _backend: PhantomData };
+        let [loss, softmax]: [FloatTensor<Self>; 2] = client
+            .register(streams, OperationIr::Custom(desc), operation)
+            .try_into()
+            .expect("the loss and the softmax");
+        (loss, softmax)
+    }
+
+    fn cross_entropy_backward(
+        softmax: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let client = softmax.client.clone();
+        let output = TensorIr::uninit(client.create_empty_handle(), softmax.shape(), softmax.dtype);
+        let streams = OperationStreams::with_inputs([&softmax, &labels, &grad]);
+        let inputs = [softmax.into_ir(), labels.into_ir(), grad.into_ir()];
+        let desc = CustomOpIr::new("tandem_cross_entropy_backward", &inputs, &[output]);
+        let operation = CrossEntropyBackward::<B> { desc: desc.clone(), _backend: PhantomData };
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        outputs.next().expect("the logits' gradient")
+    }
+
+    fn windows_forward(x: FloatTensor<Self>, width: usize, positions: usize) -> FloatTensor<Self> {
+        let [batch, _, channels] = x.shape().dims::<3>();
+        windows::<B>(x, Shape::new([batch, positions, width * channels]), width, positions, true)
+    }
+
+    fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self> {
+        let [batch, _, row] = grad.shape().dims::<3>();
+        windows::<B>(grad, Shape::new([batch, seq, row / width]), width, seq, false)
+    }
+}
+
+/// Registers a [`Windows`] operation on `input`, its output of `shape`.
+fn windows<B: FusionBackend + GpuKernels>(
+    input: FloatTensor<Fusion<B>>,
+    shape: Shape,
+    width: usize,
+    length: usize,
+    forward: bool,
+) -> FloatTensor<Fusion<B>> {
+    let client = input.client.clone();
+    let output = TensorIr::uninit(client.create_empty_handle(), shape, input.dtype);
+    let streams = OperationStreams::with_inputs([&input]);
+    let desc = CustomOpIr::new("tandem_windows", &[input.into_ir()], &[output]);
+    let operation = Windows::<B> { desc: desc.clone(), width, length, forward, _backend: PhantomData };
+    let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+    outputs.next().expect("the windows' output")
 }

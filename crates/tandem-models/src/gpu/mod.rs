@@ -6,17 +6,25 @@ mod adamw;
 mod concat;
 #[cfg(feature = "fusion")]
 mod fusion;
+mod loss;
 mod norm;
 pub(crate) mod recurrence;
+mod rows;
+mod windows;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{FloatTensor, FloatTensorOps};
-use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor};
+use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::client::ComputeClient;
+use cubecl::prelude::CubeCount;
+use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
 use crate::adamw::AdamWScalars;
 use crate::kernels::recurrence::Cell;
+
+pub(crate) use rows::{RowOp, RowTape};
 
 /// What the forward kernel keeps for the backward one, as tensors `T` of the backend.
 #[derive(Clone, Debug)]
@@ -33,7 +41,8 @@ pub(crate) struct RecurrenceTape<T> {
 }
 
 /// A backend with Tandem's GPU kernels: the recurrent time loop as one kernel forward and one
-/// backward, AdamW over all parameters and the squared norm of all gradients each in one launch
+/// backward, GELU, softmax, layer norm's normalisation, the cross-entropy loss and the CNN's
+/// windows as one each way, AdamW over all parameters and the squared norm of all gradients each in one launch
 /// per group of tensors ([`groups`]).
 pub(crate) trait GpuKernels: Backend {
     /// One AdamW step of many parameters, each `[param, grad, moment 1, moment 2]` (f32, one
@@ -72,6 +81,34 @@ pub(crate) trait GpuKernels: Backend {
         tape: RecurrenceTape<FloatTensor<Self>>,
         grad: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// `op` over the last dimension of `x` (f32): the output, and what [`Self::rows_backward`] reads.
+    fn rows_forward(op: RowOp, x: FloatTensor<Self>) -> (FloatTensor<Self>, RowTape<FloatTensor<Self>>);
+
+    /// The gradient of the input of the row operation that kept `tape`, from the output's.
+    fn rows_backward(tape: RowTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// The mean cross-entropy `[1]` of `logits` `[rows, classes]` (f32) against `labels`
+    /// `[rows]`, and the rows' softmax, which [`Self::cross_entropy_backward`] reads.
+    fn cross_entropy_forward(
+        logits: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// The gradient of the logits from the forward pass's softmax, the labels and the loss's
+    /// gradient `[1]`.
+    fn cross_entropy_backward(
+        softmax: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+
+    /// The first `positions` windows of `width` positions of `x` `[batch, seq, channels]` (f32):
+    /// `[batch, positions, width · channels]`, zeros past the end.
+    fn windows_forward(x: FloatTensor<Self>, width: usize, positions: usize) -> FloatTensor<Self>;
+
+    /// The gradient of `x` `[batch, seq, channels]` from the windows' gradient.
+    fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self>;
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels for CubeBackend<R, F, I, BT> {
@@ -122,6 +159,50 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels
         let d_bias = d_recurrent.sum_dim(0).reshape([width]);
         (d_projected, d_weight.into_primitive().tensor(), d_bias.into_primitive().tensor())
     }
+
+    fn rows_forward(op: RowOp, x: FloatTensor<Self>) -> (FloatTensor<Self>, RowTape<FloatTensor<Self>>) {
+        rows::forward(op, x)
+    }
+
+    fn rows_backward(tape: RowTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        rows::backward(tape, grad)
+    }
+
+    fn cross_entropy_forward(
+        logits: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        loss::forward(logits, labels)
+    }
+
+    fn cross_entropy_backward(
+        softmax: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        loss::backward(softmax, labels, grad)
+    }
+
+    fn windows_forward(x: FloatTensor<Self>, width: usize, positions: usize) -> FloatTensor<Self> {
+        windows::forward(x, width, positions)
+    }
+
+    fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self> {
+        windows::backward(grad, seq, width)
+    }
+}
+
+/// Cubes of 256 units for `units` units, one per item of the work (at least one).
+fn one_unit_each<R: CubeRuntime>(like: &CubeTensor<R>, units: usize) -> (CubeCount, CubeDim) {
+    let cube_dim = CubeDim::new_1d(256);
+    (calculate_cube_count_elemwise(&like.client, units.max(1), cube_dim), cube_dim)
+}
+
+/// A contiguous tensor of `shape` with `like`'s client, device and dtype, its values not set.
+fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<R> {
+    let bytes = shape.num_elements() * like.dtype.size();
+    let handle = like.client.empty(bytes.max(like.dtype.size()));
+    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, like.dtype)
 }
 
 /// Tensors a kernel over a list of tensors takes in one launch, at most: the kernel's body is

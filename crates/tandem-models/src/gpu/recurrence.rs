@@ -19,7 +19,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::RecurrenceTape;
+use super::{empty_like, RecurrenceTape};
 use crate::kernels::recurrence::Cell;
 
 /// Values the forward kernel keeps per sample, step and hidden unit for the backward kernel:
@@ -312,13 +312,6 @@ impl Launch {
         let rows = wanted.min(fit).min((max_units / units) as usize).max(1) as u32;
         (batch.div_ceil(rows as usize) <= max_cubes as usize).then_some(Self { units, rows })
     }
-}
-
-/// A contiguous tensor of `shape` with `like`'s client, device and dtype, its values not set.
-fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape) -> CubeTensor<R> {
-    let bytes = shape.num_elements() * like.dtype.size();
-    let handle = like.client.empty(bytes.max(like.dtype.size()));
-    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, like.dtype)
 }
 
 /// The layout for `batch` rows of `hidden` units on `device`, if the kernels support it there.

@@ -5,9 +5,6 @@
 //! other than two to six f32 pieces with autodiff, Burn's `cat`.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use std::any::TypeId;
-
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::backend::autodiff::{
     checkpoint::base::Checkpointer,
     grads::Gradients,
@@ -21,6 +18,8 @@ use burn::tensor::Tensor;
 use burn::tensor::{DType, TensorPrimitive};
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+use super::gpu_path::{self, GpuPath};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::gpu::GpuKernels;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::kernels::dispatch::{record_node, same_type};
@@ -28,54 +27,44 @@ use crate::kernels::dispatch::{record_node, same_type};
 /// `pieces` (of one shape but along `dim`) side by side along `dim`, as `Tensor::cat`.
 pub(crate) fn concat<B: Backend, const D: usize>(pieces: Vec<Tensor<B, D>>, dim: usize) -> Tensor<B, D> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    if let Some(run) = gpu_path::<B, D>() {
-        if pieces.iter().all(|p| p.dtype() == DType::F32) {
-            return run(pieces, dim);
-        }
+    if pieces.iter().all(|p| p.dtype() == DType::F32) {
+        return match gpu_path::run::<B, _>(Concat { pieces, dim }) {
+            Ok(output) => output,
+            Err(Concat { pieces, .. }) => Tensor::cat(pieces, dim),
+        };
     }
     Tensor::cat(pieces, dim)
 }
 
-/// The concatenation on `B`.
+/// One concatenation for [`gpu_path::run`].
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-type Run<B, const D: usize> = fn(Vec<Tensor<B, D>>, usize) -> Tensor<B, D>;
-
-/// `B`'s one-launch path, if `B` is a GPU backend compiled into this crate, with autodiff or not.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn gpu_path<B: Backend, const D: usize>() -> Option<Run<B, D>> {
-    let paths: &[(TypeId, Run<B, D>)] = &[
-        #[cfg(feature = "wgpu")]
-        (TypeId::of::<burn::backend::Wgpu>(), on_gpu::<B, D, burn::backend::Wgpu>),
-        #[cfg(feature = "wgpu")]
-        (TypeId::of::<Autodiff<burn::backend::Wgpu>>(), on_autodiff_gpu::<B, D, burn::backend::Wgpu>),
-        #[cfg(feature = "cuda")]
-        (TypeId::of::<burn::backend::Cuda>(), on_gpu::<B, D, burn::backend::Cuda>),
-        #[cfg(feature = "cuda")]
-        (TypeId::of::<Autodiff<burn::backend::Cuda>>(), on_autodiff_gpu::<B, D, burn::backend::Cuda>),
-    ];
-    paths.iter().find(|(id, _)| *id == TypeId::of::<B>()).map(|&(_, run)| run)
+struct Concat<B: Backend, const D: usize> {
+    pieces: Vec<Tensor<B, D>>,
+    dim: usize,
 }
 
-/// The kernel on `B` = `G`, without autodiff.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn on_gpu<B: Backend, const D: usize, G: GpuKernels>(pieces: Vec<Tensor<B, D>>, dim: usize) -> Tensor<B, D> {
-    let pieces: Vec<Tensor<G, D>> = same_type(pieces);
-    let primitives = pieces.into_iter().map(|p| p.into_primitive().tensor()).collect();
-    same_type(Tensor::<G, D>::from_primitive(TensorPrimitive::Float(G::concat(primitives, dim))))
-}
+impl<B: Backend, const D: usize> GpuPath<B> for Concat<B, D> {
+    type Output = Tensor<B, D>;
 
-/// The kernel on `B` = `Autodiff<G>`, as one autodiff node, for two to six pieces.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn on_autodiff_gpu<B: Backend, const D: usize, G: GpuKernels>(pieces: Vec<Tensor<B, D>>, dim: usize) -> Tensor<B, D> {
-    let pieces: Vec<Tensor<Autodiff<G>, D>> = same_type(pieces);
-    same_type(match pieces.len() {
-        2 => tracked::<G, D, 2>(pieces.try_into().expect("two pieces"), dim),
-        3 => tracked::<G, D, 3>(pieces.try_into().expect("three pieces"), dim),
-        4 => tracked::<G, D, 4>(pieces.try_into().expect("four pieces"), dim),
-        5 => tracked::<G, D, 5>(pieces.try_into().expect("five pieces"), dim),
-        6 => tracked::<G, D, 6>(pieces.try_into().expect("six pieces"), dim),
-        _ => Tensor::cat(pieces, dim),
-    })
+    fn plain<G: GpuKernels>(self) -> Tensor<B, D> {
+        let pieces: Vec<Tensor<G, D>> = same_type(self.pieces);
+        let primitives = pieces.into_iter().map(|p| p.into_primitive().tensor()).collect();
+        same_type(Tensor::<G, D>::from_primitive(TensorPrimitive::Float(G::concat(primitives, self.dim))))
+    }
+
+    /// One autodiff node for two to six pieces.
+    fn autodiff<G: GpuKernels>(self) -> Tensor<B, D> {
+        let (pieces, dim): (Vec<Tensor<Autodiff<G>, D>>, _) = (same_type(self.pieces), self.dim);
+        same_type(match pieces.len() {
+            2 => tracked::<G, D, 2>(pieces.try_into().expect("two pieces"), dim),
+            3 => tracked::<G, D, 3>(pieces.try_into().expect("three pieces"), dim),
+            4 => tracked::<G, D, 4>(pieces.try_into().expect("four pieces"), dim),
+            5 => tracked::<G, D, 5>(pieces.try_into().expect("five pieces"), dim),
+            6 => tracked::<G, D, 6>(pieces.try_into().expect("six pieces"), dim),
+            _ => Tensor::cat(pieces, dim),
+        })
+    }
 }
 
 /// Runs the kernel on `G` and registers one autodiff node for it.

@@ -23,7 +23,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
-use super::concat::concat;
+use super::windows::windows;
 use crate::kernels::dispatch::{host_f32, on_cpu, record_node, same_type, values, Known};
 use crate::kernels::host_gemm::transposed;
 
@@ -97,16 +97,9 @@ fn ordinary<B: Backend>(x: Tensor<B, 3>, weight: Tensor<B, 2>, widths: &Widths) 
     let [batch, seq, channels] = x.dims();
     let device = x.device();
     let (widest, narrowest, filters) = (widths.widest(), widths.narrowest(), widths.filters());
-    // Zeros after the end let the widest window start wherever the narrowest one fits.
-    let x = match widest - narrowest {
-        0 => x,
-        extra => concat(vec![x, Tensor::zeros([batch, extra, channels], &device)], 1),
-    };
+    // The widest window starts wherever the narrowest one fits (zeros past the end).
     let positions = seq - narrowest + 1;
-    // Window k of every position is the sequence shifted by k; side by side they give one row of
-    // `widest × channels` per position, position-major (each copy a run of `channels` values).
-    let shifted = (0..widest).map(|k| x.clone().narrow(1, k, positions)).collect();
-    let windows = concat(shifted, 2).reshape([batch * positions, widest * channels]);
+    let windows = windows(x, widest, positions).reshape([batch * positions, widest * channels]);
     let mut outside = Vec::with_capacity(positions * filters);
     for p in 0..positions {
         for &(width, count) in &widths.0 {

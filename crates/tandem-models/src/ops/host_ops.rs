@@ -9,6 +9,7 @@ use burn::nn::LayerNorm;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
+use super::rows::{on_gpu, RowOp};
 use crate::kernels::gelu::Gelu;
 use crate::kernels::host_op;
 use crate::kernels::layer_norm::Normalize;
@@ -24,7 +25,9 @@ use crate::kernels::softmax::Softmax;
 /// of GELU's tanh approximation, about 1e-3 off the exact one used here and by Flex, so the fused
 /// Transformer would no longer compute what the stock one does there.
 pub(crate) fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    host_op::apply(Gelu, x.clone()).unwrap_or_else(|| burn::tensor::activation::gelu(x))
+    on_gpu(RowOp::Gelu, x.clone())
+        .or_else(|| host_op::apply(Gelu, x.clone()))
+        .unwrap_or_else(|| burn::tensor::activation::gelu(x))
 }
 
 /// `exp(x − max) / Σ exp(x − max)` over the last dimension, as Burn's `softmax(x, D − 1)`.
@@ -32,7 +35,9 @@ pub(crate) fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> 
 /// Under autodiff Burn's `softmax` is five tensor operations (max, subtract, exp, sum, divide):
 /// 12 % of a step. Flex and ndarray without autodiff run Burn's (one fused kernel there).
 pub(crate) fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    host_op::apply(Softmax, x.clone()).unwrap_or_else(|| burn::tensor::activation::softmax(x, D - 1))
+    on_gpu(RowOp::Softmax, x.clone())
+        .or_else(|| host_op::apply(Softmax, x.clone()))
+        .unwrap_or_else(|| burn::tensor::activation::softmax(x, D - 1))
 }
 
 /// `norm` applied to `x` over its last dimension, with `norm`'s ε given as `epsilon` (Burn keeps
@@ -48,7 +53,8 @@ pub(crate) fn layer_norm<B: Backend, const D: usize>(
     x: Tensor<B, D>,
     epsilon: f64,
 ) -> Tensor<B, D> {
-    match host_op::apply(Normalize { epsilon: epsilon as f32 }, x.clone()) {
+    let epsilon = epsilon as f32;
+    match on_gpu(RowOp::Normalize { epsilon }, x.clone()).or_else(|| host_op::apply(Normalize { epsilon }, x.clone())) {
         Some(normalized) => {
             let scaled = normalized * norm.gamma.val().unsqueeze();
             match &norm.beta {

@@ -7,6 +7,11 @@ pub(crate) mod concat;
 pub(crate) mod conv_max;
 pub(crate) mod embedding;
 pub(crate) mod fused;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod gpu_path;
 pub(crate) mod host_ops;
 pub(crate) mod linear;
+pub(crate) mod loss;
 pub(crate) mod recurrence;
+pub(crate) mod rows;
+pub(crate) mod windows;

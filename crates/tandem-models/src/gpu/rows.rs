@@ -1,0 +1,283 @@
+//! GELU, softmax over the last dimension and layer normalisation's normalising part as one
+//! kernel forward and one backward each. Burn runs them as several tensor operations on a GPU:
+//! GELU five forward and about fifteen backward (its derivative written out), softmax five
+//! forward (max, subtract, exp, sum, divide) and as many backward, layer norm's normalisation
+//! seven forward and more backward.
+//!
+//! GELU and softmax give each unit (thread) one element or one row; layer norm one row. The rows
+//! of a Transformer are short (the sequence for softmax, `d_model` for layer norm), so a unit's
+//! loop over its row costs less than the launches it replaces. The forward kernels compute what
+//! Burn's operations do, in the same order; GELU's backward is Burn's too, the derivative of its
+//! tanh approximation (as every backend but Flex runs it), so a GPU run trains as it did.
+
+use burn::tensor::{Shape, TensorMetadata};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+use cubecl::prelude::*;
+
+use super::{empty_like, one_unit_each};
+pub(crate) use crate::ops::rows::RowOp;
+
+/// What the backward kernel of a [`RowOp`] reads, as tensors `T` of the backend.
+#[derive(Clone, Debug)]
+pub(crate) enum RowTape<T> {
+    Gelu {
+        input: T,
+    },
+    Softmax {
+        output: T,
+    },
+    /// The output and `1 / √(var + ε)` per row (`[rows]`).
+    Normalize {
+        output: T,
+        inverse: T,
+    },
+}
+
+#[cfg(feature = "fusion")]
+impl<T> RowTape<T> {
+    /// The same tape with each tensor mapped by `f`, in the order of [`Self::tensors`].
+    pub(crate) fn map<U>(self, mut f: impl FnMut(T) -> U) -> RowTape<U> {
+        match self {
+            Self::Gelu { input } => RowTape::Gelu { input: f(input) },
+            Self::Softmax { output } => RowTape::Softmax { output: f(output) },
+            Self::Normalize { output, inverse } => RowTape::Normalize { output: f(output), inverse: f(inverse) },
+        }
+    }
+
+    /// The tape's tensors.
+    pub(crate) fn tensors(&self) -> Vec<&T> {
+        match self {
+            Self::Gelu { input } => vec![input],
+            Self::Softmax { output } => vec![output],
+            Self::Normalize { output, inverse } => vec![output, inverse],
+        }
+    }
+}
+
+/// `√2` as Burn's GELU divides by it.
+const SQRT_2: f32 = std::f32::consts::SQRT_2;
+
+#[cube(launch)]
+fn gelu_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let v = x[i];
+        out[i] = v * (Erf::erf(v / SQRT_2) + 1.0) / 2.0;
+    }
+}
+
+/// Burn's `gelu_backward`: the gradient times the derivative of GELU's tanh approximation.
+#[cube(launch)]
+fn gelu_backward_kernel(x: &Tensor<f32>, grad: &Tensor<f32>, out: &mut Tensor<f32>) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let v = x[i];
+        let cube = v * v * v;
+        let inner_1 = cube * 0.0356774 + v * 0.797885;
+        let inner_2 = cube * 0.0535161 + v * 0.398942;
+        let tanh = inner_1.tanh();
+        let sech = 1.0 - tanh * tanh;
+        out[i] = (tanh * 0.5 + (inner_2 * sech + 0.5)) * grad[i];
+    }
+}
+
+#[cube(launch)]
+fn softmax_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32) {
+    let row = ABSOLUTE_POS;
+    if row < rows as usize {
+        let (start, width) = (row * width as usize, width as usize);
+        let mut max = x[start];
+        for j in 1..width {
+            max = f32::max(max, x[start + j]);
+        }
+        let mut sum = 0.0f32;
+        for j in 0..width {
+            let e = (x[start + j] - max).exp();
+            out[start + j] = e;
+            sum += e;
+        }
+        for j in 0..width {
+            out[start + j] = out[start + j] / sum;
+        }
+    }
+}
+
+/// `y ⊙ (g − Σ g ⊙ y)` per row, from the output `y` and its gradient `g`.
+#[cube(launch)]
+fn softmax_backward_kernel(y: &Tensor<f32>, grad: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32) {
+    let row = ABSOLUTE_POS;
+    if row < rows as usize {
+        let (start, width) = (row * width as usize, width as usize);
+        let mut dot = 0.0f32;
+        for j in 0..width {
+            dot += grad[start + j] * y[start + j];
+        }
+        for j in 0..width {
+            out[start + j] = y[start + j] * (grad[start + j] - dot);
+        }
+    }
+}
+
+#[cube(launch)]
+fn normalize_kernel(
+    x: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    inverse: &mut Tensor<f32>,
+    rows: u32,
+    epsilon: f32,
+    width: u32,
+) {
+    let row = ABSOLUTE_POS;
+    if row < rows as usize {
+        let (start, width) = (row * width as usize, width as usize);
+        let n = width as f32;
+        let mut sum = 0.0f32;
+        for j in 0..width {
+            sum += x[start + j];
+        }
+        let mean = sum / n;
+        let mut squares = 0.0f32;
+        for j in 0..width {
+            let centred = x[start + j] - mean;
+            out[start + j] = centred;
+            squares += centred * centred;
+        }
+        let denominator = (squares / n + epsilon).sqrt();
+        for j in 0..width {
+            out[start + j] = out[start + j] / denominator;
+        }
+        inverse[row] = 1.0 / denominator;
+    }
+}
+
+/// `(g − mean(g) − x̂ · mean(g ⊙ x̂)) / √(var + ε)` per row, from the output `x̂` and its gradient `g`.
+#[cube(launch)]
+fn normalize_backward_kernel(
+    normalized: &Tensor<f32>,
+    inverse: &Tensor<f32>,
+    grad: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    width: u32,
+) {
+    let row = ABSOLUTE_POS;
+    if row < rows as usize {
+        let (start, width) = (row * width as usize, width as usize);
+        let n = width as f32;
+        let mut sum = 0.0f32;
+        let mut dot = 0.0f32;
+        for j in 0..width {
+            let g = grad[start + j];
+            sum += g;
+            dot += g * normalized[start + j];
+        }
+        let (mean, mean_dot, scale) = (sum / n, dot / n, inverse[row]);
+        for j in 0..width {
+            out[start + j] = (grad[start + j] - mean - normalized[start + j] * mean_dot) * scale;
+        }
+    }
+}
+
+/// Rows and their length: the last dimension, and every other one multiplied out.
+pub(crate) fn rows_of(shape: &Shape) -> (usize, usize) {
+    let width = shape.as_slice().last().copied().unwrap_or(1).max(1);
+    (shape.num_elements() / width, width)
+}
+
+/// `op` over the last dimension of `x` (f32): the output, and what [`backward`] reads.
+pub(crate) fn forward<R: CubeRuntime>(op: RowOp, x: CubeTensor<R>) -> (CubeTensor<R>, RowTape<CubeTensor<R>>) {
+    let x = into_contiguous(x);
+    let shape = x.shape();
+    let (rows, width) = rows_of(&shape);
+    let out = empty_like(&x, shape.clone());
+    let client = x.client.clone();
+    match op {
+        RowOp::Gelu => {
+            let (count, dim) = one_unit_each(&x, shape.num_elements());
+            gelu_kernel::launch::<R>(&client, count, dim, x.clone().into_tensor_arg(), out.clone().into_tensor_arg());
+            (out, RowTape::Gelu { input: x })
+        }
+        RowOp::Softmax => {
+            let (count, dim) = one_unit_each(&x, rows);
+            softmax_kernel::launch::<R>(
+                &client,
+                count,
+                dim,
+                x.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                rows as u32,
+                width as u32,
+            );
+            (out.clone(), RowTape::Softmax { output: out })
+        }
+        RowOp::Normalize { epsilon } => {
+            let inverse = empty_like(&x, Shape::new([rows]));
+            let (count, dim) = one_unit_each(&x, rows);
+            normalize_kernel::launch::<R>(
+                &client,
+                count,
+                dim,
+                x.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                inverse.clone().into_tensor_arg(),
+                rows as u32,
+                epsilon,
+                width as u32,
+            );
+            (out.clone(), RowTape::Normalize { output: out, inverse })
+        }
+    }
+}
+
+/// The gradient of the input of the forward pass that kept `tape`, from the output's, `grad`.
+pub(crate) fn backward<R: CubeRuntime>(tape: RowTape<CubeTensor<R>>, grad: CubeTensor<R>) -> CubeTensor<R> {
+    let grad = into_contiguous(grad);
+    let shape = grad.shape();
+    let (rows, width) = rows_of(&shape);
+    let out = empty_like(&grad, shape.clone());
+    let client = grad.client.clone();
+    let arg = |t: CubeTensor<R>| into_contiguous(t).into_tensor_arg();
+    match tape {
+        RowTape::Gelu { input } => {
+            let (count, dim) = one_unit_each(&grad, shape.num_elements());
+            gelu_backward_kernel::launch::<R>(
+                &client,
+                count,
+                dim,
+                arg(input),
+                grad.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+            );
+        }
+        RowTape::Softmax { output } => {
+            let (count, dim) = one_unit_each(&grad, rows);
+            softmax_backward_kernel::launch::<R>(
+                &client,
+                count,
+                dim,
+                arg(output),
+                grad.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                rows as u32,
+                width as u32,
+            );
+        }
+        RowTape::Normalize { output, inverse } => {
+            let (count, dim) = one_unit_each(&grad, rows);
+            normalize_backward_kernel::launch::<R>(
+                &client,
+                count,
+                dim,
+                arg(output),
+                arg(inverse),
+                grad.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                rows as u32,
+                width as u32,
+            );
+        }
+    }
+    out
+}
