@@ -13,6 +13,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
+use super::rows::softmax_row;
 use super::{empty_like, one_unit_each};
 
 /// Units of the forward kernel's one cube.
@@ -35,22 +36,9 @@ fn forward_kernel<I: Int>(
     let mut row = unit;
     while row < rows {
         let start = row * classes;
-        let mut max = logits[start];
-        for c in 1..classes {
-            max = f32::max(max, logits[start + c]);
-        }
-        let mut sum = 0.0f32;
-        for c in 0..classes {
-            let e = (logits[start + c] - max).exp();
-            softmax[start + c] = e;
-            sum += e;
-        }
-        for c in 0..classes {
-            softmax[start + c] = softmax[start + c] / sum;
-        }
-        let label = u32::cast_from(labels[row]) as usize;
-        // −log softmax at the label: log Σ exp(x − max) − (x_label − max).
-        total += sum.ln() - (logits[start + label] - max);
+        let log_sum_exp = softmax_row(logits, softmax, start, classes);
+        // −log softmax at the label.
+        total += log_sum_exp - logits[start + u32::cast_from(labels[row]) as usize];
         row += UNITS as usize;
     }
     sums[unit] = total;

@@ -83,24 +83,31 @@ fn gelu_backward_kernel(x: &Tensor<f32>, grad: &Tensor<f32>, out: &mut Tensor<f3
     }
 }
 
+/// Writes the softmax of the `width` values of `x` from `start` into `out` at the same places, and
+/// returns their log-sum-exp, `max + log Σ exp(x − max)`.
+#[cube]
+pub(crate) fn softmax_row(x: &Tensor<f32>, out: &mut Tensor<f32>, start: usize, width: usize) -> f32 {
+    let mut max = x[start];
+    for j in 1..width {
+        max = f32::max(max, x[start + j]);
+    }
+    let mut sum = 0.0f32;
+    for j in 0..width {
+        let e = (x[start + j] - max).exp();
+        out[start + j] = e;
+        sum += e;
+    }
+    for j in 0..width {
+        out[start + j] = out[start + j] / sum;
+    }
+    max + sum.ln()
+}
+
 #[cube(launch)]
 fn softmax_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32) {
     let row = ABSOLUTE_POS;
     if row < rows as usize {
-        let (start, width) = (row * width as usize, width as usize);
-        let mut max = x[start];
-        for j in 1..width {
-            max = f32::max(max, x[start + j]);
-        }
-        let mut sum = 0.0f32;
-        for j in 0..width {
-            let e = (x[start + j] - max).exp();
-            out[start + j] = e;
-            sum += e;
-        }
-        for j in 0..width {
-            out[start + j] = out[start + j] / sum;
-        }
+        softmax_row(x, out, row * width as usize, width as usize);
     }
 }
 

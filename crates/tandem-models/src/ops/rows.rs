@@ -2,25 +2,11 @@
 //! one kernel forward and one backward ([`crate::gpu::GpuKernels::rows_forward`]), one autodiff
 //! node. Burn runs each as five to fifteen tensor operations a pass there.
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-use burn::backend::autodiff::{
-    checkpoint::base::Checkpointer,
-    grads::Gradients,
-    ops::{Backward, Ops},
-};
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-use burn::tensor::{ops::FloatTensor, DType, TensorPrimitive};
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use super::gpu_path::{self, GpuPath};
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-use crate::gpu::{GpuKernels, RowTape};
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-use crate::kernels::dispatch::{record_node, same_type};
+use gpu::Rows;
 
 /// An operation over the last dimension of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,55 +23,59 @@ pub(crate) enum RowOp {
 /// `None` elsewhere.
 pub(crate) fn on_gpu<B: Backend, const D: usize>(op: RowOp, x: Tensor<B, D>) -> Option<Tensor<B, D>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    if x.dtype() == DType::F32 {
-        return gpu_path::run::<B, _>(Rows { op, x }).ok();
+    if x.dtype() == burn::tensor::DType::F32 {
+        return crate::ops::gpu_path::run::<B, _>(Rows { op, x }).ok();
     }
     let _ = (op, x);
     None
 }
 
-/// One row operation for [`gpu_path::run`].
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-struct Rows<B: Backend, const D: usize> {
-    op: RowOp,
-    x: Tensor<B, D>,
-}
+mod gpu {
+    use burn::backend::Autodiff;
+    use burn::tensor::backend::Backend;
+    use burn::tensor::ops::FloatTensor;
+    use burn::tensor::{Tensor, TensorPrimitive};
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-impl<B: Backend, const D: usize> GpuPath<B> for Rows<B, D> {
-    type Output = Tensor<B, D>;
+    use super::RowOp;
+    use crate::gpu::{GpuKernels, RowTape};
+    use crate::kernels::dispatch::same_type;
+    use crate::ops::gpu_path::{one_input_node, GpuPath, OneInput};
 
-    fn plain<G: GpuKernels>(self) -> Tensor<B, D> {
-        let x: Tensor<G, D> = same_type(self.x);
-        let (output, _) = G::rows_forward(self.op, x.into_primitive().tensor());
-        same_type(Tensor::<G, D>::from_primitive(TensorPrimitive::Float(output)))
+    /// One row operation for [`crate::ops::gpu_path::run`].
+    pub(super) struct Rows<B: Backend, const D: usize> {
+        pub(super) op: RowOp,
+        pub(super) x: Tensor<B, D>,
     }
 
-    fn autodiff<G: GpuKernels>(self) -> Tensor<B, D> {
-        let x: Tensor<Autodiff<G>, D> = same_type(self.x);
-        let op = self.op;
-        let output = record_node(RowsBackward, [x.into_primitive().tensor()], |[x], record| {
-            let (output, tape) = G::rows_forward(op, x);
-            (output, record.then_some(tape))
-        });
-        same_type(Tensor::<Autodiff<G>, D>::from_primitive(TensorPrimitive::Float(output)))
+    impl<B: Backend, const D: usize> GpuPath<B> for Rows<B, D> {
+        type Output = Tensor<B, D>;
+
+        fn plain<G: GpuKernels>(self) -> Tensor<B, D> {
+            let x: Tensor<G, D> = same_type(self.x);
+            let (output, _) = G::rows_forward(self.op, x.into_primitive().tensor());
+            same_type(Tensor::<G, D>::from_primitive(TensorPrimitive::Float(output)))
+        }
+
+        fn autodiff<G: GpuKernels>(self) -> Tensor<B, D> {
+            let op = self.op;
+            let output = one_input_node(Backward, same_type::<_, Tensor<Autodiff<G>, D>>(self.x), |x, tracked| {
+                let (output, tape) = G::rows_forward(op, x);
+                (output, tracked.then_some(tape))
+            });
+            same_type(Tensor::<Autodiff<G>, D>::from_primitive(TensorPrimitive::Float(output)))
+        }
     }
-}
 
-/// The autodiff node of one row operation; its state is the forward kernel's tape.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-#[derive(Debug)]
-struct RowsBackward;
+    /// The backward kernel of a row operation, from the forward kernel's tape.
+    #[derive(Debug)]
+    struct Backward;
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-impl<G: GpuKernels> Backward<G, 1> for RowsBackward {
-    type State = RowTape<FloatTensor<G>>;
+    impl<G: GpuKernels> OneInput<G> for Backward {
+        type Kept = RowTape<FloatTensor<G>>;
 
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
-        let grad = grads.consume::<G>(&ops.node);
-        let [parent] = ops.parents;
-        if let Some(parent) = parent {
-            grads.register::<G>(parent.id, G::rows_backward(ops.state, grad));
+        fn input_gradient(self, tape: Self::Kept, grad: FloatTensor<G>) -> FloatTensor<G> {
+            G::rows_backward(tape, grad)
         }
     }
 }
