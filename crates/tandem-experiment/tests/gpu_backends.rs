@@ -181,6 +181,8 @@ mod tests {
         device: &B::Device,
     ) -> (Vec<f32>, Vec<Vec<f32>>) {
         let rows = tokens.dims()[0];
+        // Every backend draws the same dropout masks from the same stream.
+        tandem_models::dropout::begin_step(7, 0, 0);
         let logits = model.forward(tokens, &mask);
         let weights: Vec<f32> = (0..rows * 4).map(|i| (i as f32 * 0.37).sin()).collect();
         let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, [rows, 4]), device);
@@ -313,21 +315,23 @@ mod tests {
         cases
     }
 
-    /// The Transformer's row kernels (GELU, the scores' softmax, layer norm) at odd widths: one
-    /// position (a softmax over one score), odd model and feed-forward widths, pre- and post-norm,
-    /// more rows than a cube has units.
+    /// The Transformer's kernels (attention, GELU, layer norm, dropout) at odd widths: one position
+    /// (a softmax over one score), odd model and feed-forward widths, pre- and post-norm, more rows
+    /// than a cube has units, and dropout everywhere (the same masks on every backend).
     fn transformer_cases() -> Vec<Case> {
-        // (d_model, heads, d_ff, pre-norm, real tokens per sample, positions)
-        let shapes: [(usize, usize, usize, bool, Vec<usize>, usize); 3] = [
-            (6, 3, 7, true, vec![1], 1),
-            (12, 4, 20, false, vec![9, 4, 1], 9),
-            (10, 2, 13, true, (0..70).map(|i| 1 + i % 5).collect(), 5),
+        // (d_model, heads, d_ff, pre-norm, dropout, real tokens per sample, positions)
+        type Shape = (usize, usize, usize, bool, f64, Vec<usize>, usize);
+        let shapes: [Shape; 4] = [
+            (6, 3, 7, true, 0.0, vec![1], 1),
+            (12, 4, 20, false, 0.0, vec![9, 4, 1], 9),
+            (10, 2, 13, true, 0.0, (0..70).map(|i| 1 + i % 5).collect(), 5),
+            (16, 4, 24, true, 0.3, vec![11, 6, 2, 11], 11),
         ];
         shapes
             .into_iter()
-            .map(|(d_model, heads, d_ff, norm_first, lengths, seq)| Case {
+            .map(|(d_model, heads, d_ff, norm_first, dropout, lengths, seq)| Case {
                 what: format!(
-                    "d_model {d_model}, {heads} heads, d_ff {d_ff}, {}",
+                    "d_model {d_model}, {heads} heads, d_ff {d_ff}, {}, dropout {dropout}",
                     if norm_first { "pre-norm" } else { "post-norm" }
                 ),
                 config: ModelConfig::Transformer(TransformerConfig {
@@ -336,8 +340,8 @@ mod tests {
                     layers: 1,
                     d_ff,
                     norm_first,
-                    embedding_dropout: 0.0,
-                    dropout: 0.0,
+                    embedding_dropout: dropout,
+                    dropout,
                     ..Default::default()
                 }),
                 lengths,

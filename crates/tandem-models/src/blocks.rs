@@ -11,7 +11,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::dropout::dropout;
-use crate::ops::embedding::masked_embedding;
+use crate::ops::embedding::{embedded_on_gpu, masked_embedding};
 use crate::ops::fused;
 
 /// What flows from one block (or stage) to the next.
@@ -101,7 +101,8 @@ pub struct EmbeddingBlock<B: Backend> {
     pub(crate) tokens: Embedding<B>,
     pub(crate) positions: Option<Embedding<B>>,
     pub(crate) dropout: Dropout,
-    /// Runs [`masked_embedding`] (where the backend has it) instead of Burn's lookup and a mask.
+    /// Runs [`embedded_on_gpu`] or [`masked_embedding`] (where the backend has one) instead of
+    /// Burn's lookup and a mask.
     pub(crate) fused: bool,
 }
 
@@ -113,6 +114,10 @@ impl<B: Backend> EmbeddingBlock<B> {
         let position_ids =
             || Tensor::<B, 1, Int>::arange(0..seq as i64, &device).reshape([1, seq]).repeat_dim(0, batch);
         if self.fused {
+            let positions = self.positions.as_ref().map(|p| p.weight.val());
+            if let Some(x) = embedded_on_gpu(self.tokens.weight.val(), positions, tokens.clone(), mask_pad) {
+                return dropout(&self.dropout, x);
+            }
             if let Some(x) = masked_embedding(self.tokens.weight.val(), tokens.clone(), mask_pad) {
                 let x = match &self.positions {
                     Some(positions) => {

@@ -1,9 +1,9 @@
 //! Dropout whose masks come from a random stream of the calling thread, set from (seed, worker,
 //! step) at every training step: a replica's or stage's masks are the same whichever thread
 //! runs first, so runs with several workers and dropout repeat bit for bit, and a resumed run
-//! draws what an uninterrupted one drew. On the CPU backends the masks are made on the host from
-//! a counter-based generator (SplitMix64 of the stream's key and the element's index: cheap, and
-//! far faster than drawing Bernoulli samples one by one); on GPU backends the backend draws them.
+//! draws what an uninterrupted one drew. Each mask is a [`Draw`]: a counter-based hash of the
+//! element's index, computed the same way on the host (the CPU backends) and in the GPU kernels,
+//! so every backend drops the same elements of the same step.
 
 use std::cell::Cell;
 
@@ -12,6 +12,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor, TensorData};
 
 use crate::kernels::dispatch::Known;
+use crate::ops::rows::{on_gpu, RowOp};
 
 thread_local! {
     /// The thread's stream: its key, and the elements drawn from it so far.
@@ -27,24 +28,73 @@ pub fn begin_step(seed: u64, worker: usize, step: usize) {
 
 /// `layer`'s dropout of `x` in training (with autodiff); `x` itself otherwise.
 pub fn dropout<B: Backend, const D: usize>(layer: &Dropout, x: Tensor<B, D>) -> Tensor<B, D> {
-    let device = x.device();
-    if !B::ad_enabled(&device) || layer.prob == 0.0 {
+    if !B::ad_enabled(&x.device()) {
         return x;
     }
-    let keep = 1.0 - layer.prob;
+    let Some(draw) = Draw::next(layer.prob, x.shape().num_elements()) else {
+        return x;
+    };
+    if let Some(dropped) = on_gpu(RowOp::Dropout(draw), x.clone()) {
+        return dropped;
+    }
     if Known::of::<B>() == Known::Other {
+        let keep = 1.0 - layer.prob;
         return x.clone() * x.random_like(Distribution::Bernoulli(keep)) * (1.0 / keep);
     }
     let shape = x.shape();
-    let n = shape.num_elements() as u64;
-    let (key, start) = STREAM.get();
-    STREAM.set((key, start + n));
-    // Kept where the element's uniform draw (24 bits) falls below `keep`.
-    let threshold = (keep * (1u64 << 24) as f64) as u64;
-    let scale = (1.0 / keep) as f32;
-    let mask: Vec<f32> =
-        (start..start + n).map(|i| if splitmix(key ^ i) >> 40 < threshold { scale } else { 0.0 }).collect();
+    let mask: Vec<f32> = (0..shape.num_elements()).map(|i| draw.factor(i as u32)).collect();
+    let device = x.device();
     x * Tensor::from_data(TensorData::new(mask, shape), &device)
+}
+
+/// One dropout mask: element `i` (row-major) is kept, and scaled by `scale`, where the top 24 bits
+/// of [`mix`]`(mix(i ^ key[0]) ^ key[1])` fall below `threshold`. Indices are 32-bit, as on the GPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Draw {
+    pub key: [u32; 2],
+    pub threshold: u32,
+    pub scale: f32,
+}
+
+impl Draw {
+    /// The next mask of `elements` values from the calling thread's stream, dropping each with
+    /// probability `prob`; `None` (and the stream left as it is) where `prob` is 0.
+    pub(crate) fn next(prob: f64, elements: usize) -> Option<Self> {
+        if prob == 0.0 {
+            return None;
+        }
+        let (key, start) = STREAM.get();
+        STREAM.set((key, start + elements as u64));
+        let keep = 1.0 - prob;
+        let mask_key = splitmix(key ^ start);
+        Some(Self {
+            key: [mask_key as u32, (mask_key >> 32) as u32],
+            threshold: (keep * (1u64 << 24) as f64) as u32,
+            scale: (1.0 / keep) as f32,
+        })
+    }
+
+    /// The mask that keeps every element as it is.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    pub(crate) fn none() -> Self {
+        Self { key: [0, 0], threshold: 1 << 24, scale: 1.0 }
+    }
+
+    /// The factor of element `i`: `scale` where it is kept, 0 where it is dropped.
+    pub(crate) fn factor(&self, i: u32) -> f32 {
+        if mix(mix(i ^ self.key[0]) ^ self.key[1]) >> 8 < self.threshold {
+            self.scale
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A bijective 32-bit mix (Chris Wellons' `lowbias32`); the GPU kernels compute the same.
+pub(crate) fn mix(x: u32) -> u32 {
+    let x = (x ^ (x >> 16)).wrapping_mul(0x7feb_352d);
+    let x = (x ^ (x >> 15)).wrapping_mul(0x846c_a68b);
+    x ^ (x >> 16)
 }
 
 /// SplitMix64's output function: a bijective 64-bit mix.

@@ -53,19 +53,15 @@ impl Checkpoints {
     }
 }
 
-/// Why a run may not be reproduced bit for bit. On the CPU backends every replica or device
-/// draws its dropout masks from its own stream (seed, worker, step): nothing, unless the model
-/// runs Burn's own encoder layers. On a GPU backend the masks come from the backend's one
-/// generator, which several replicas or stages share in an order that varies.
-pub(super) fn reproducibility(ctx: &RunContext, cpu: bool) -> Option<String> {
+/// Why a run may not be reproduced bit for bit. Every replica or device draws its dropout masks
+/// from its own stream (seed, worker, step), on the CPU and GPU backends alike: nothing, unless
+/// the model runs Burn's own encoder layers, whose masks come from the backend's one generator,
+/// which several replicas or stages share in an order that varies.
+pub(super) fn reproducibility(ctx: &RunContext) -> Option<String> {
     let workers = ctx.strategy.num_devices();
-    let config = toml::Value::try_from(&ctx.entry.config).ok()?;
-    let dropout =
-        config.as_table()?.iter().any(|(k, v)| k.ends_with("dropout") && v.as_float().is_some_and(|d| d > 0.0));
-    let shared_generator = !cpu || ctx.entry.config.draws_backend_dropout();
-    (shared_generator && workers > 1 && dropout).then(|| {
-        "dropout on several replicas or stages drawn from the backend's one random generator (a GPU backend, \
-         or Burn's own encoder layers with `fused = false`): they draw concurrently, so repeated runs may differ"
+    (ctx.entry.config.draws_backend_dropout() && workers > 1).then(|| {
+        "dropout on several replicas or stages drawn from the backend's one random generator (Burn's own encoder \
+         layers with `fused = false`): they draw concurrently, so repeated runs may differ"
             .to_string()
     })
 }

@@ -114,16 +114,15 @@ impl BackendTask for Training<'_> {
 
     fn run<B: AutodiffBackend>(self, devices: Vec<B::Device>) -> Outcome {
         match set_up::<B>(devices, self.cpu, self.distinct, self.ctx) {
-            Ok(setup) => train_on(setup, self.cpu, self.ctx),
+            Ok(setup) => train_on(setup, self.ctx),
             Err(failure) => failure.into(),
         }
     }
 }
 
 /// Trains the set-up strategy from where the run stands, writing `epochs.jsonl` and checkpoints
-/// as it goes, and saves the model (on the rank that writes results). `cpu`: the backend has
-/// one device, which every replica or stage shares.
-fn train_on<B: AutodiffBackend>(setup: Setup<B>, cpu: bool, ctx: &RunContext) -> Outcome {
+/// as it goes, and saves the model (on the rank that writes results).
+fn train_on<B: AutodiffBackend>(setup: Setup<B>, ctx: &RunContext) -> Outcome {
     let Setup { mut strategy, device, parameters, shared_devices } = setup;
     let (mut recorder, start) = Recorder::new(ctx);
     let (train, data) = (&ctx.entry.train, ctx.data);
@@ -154,7 +153,7 @@ fn train_on<B: AutodiffBackend>(setup: Setup<B>, cpu: bool, ctx: &RunContext) ->
         parameters,
         devices: strategy.devices(),
         shared_devices,
-        reproducibility: reproducibility(ctx, cpu),
+        reproducibility: reproducibility(ctx),
         launches_per_step: recorder.launches.per_step(),
         records: recorder.written,
     }

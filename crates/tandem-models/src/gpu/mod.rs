@@ -3,9 +3,12 @@
 //! by Burn's CubeCL backends and, with Burn's fusion, by fusion over them ([`fusion`]).
 
 mod adamw;
+mod attention;
 mod concat;
+mod embedding;
 #[cfg(feature = "fusion")]
 mod fusion;
+mod layer_norm;
 mod loss;
 mod norm;
 pub(crate) mod recurrence;
@@ -24,6 +27,8 @@ use cubecl::{calculate_cube_count_elemwise, CubeDim};
 use crate::adamw::AdamWScalars;
 use crate::kernels::recurrence::Cell;
 
+pub(crate) use attention::{AttentionSpec, AttentionTape};
+pub(crate) use layer_norm::LayerNormTape;
 pub(crate) use rows::{RowOp, RowTape};
 
 /// What the forward kernel keeps for the backward one, as tensors `T` of the backend.
@@ -41,8 +46,8 @@ pub(crate) struct RecurrenceTape<T> {
 }
 
 /// A backend with Tandem's GPU kernels: the recurrent time loop as one kernel forward and one
-/// backward, GELU, softmax, layer norm's normalisation, the cross-entropy loss and the CNN's
-/// windows as one each way, AdamW over all parameters and the squared norm of all gradients each in one launch
+/// backward, GELU, softmax, layer norm, dropout, the cross-entropy loss, the CNN's windows and the
+/// embedding lookup as one each way, attention's core as one forward and two backward, AdamW over all parameters and the squared norm of all gradients each in one launch
 /// per group of tensors ([`groups`]).
 pub(crate) trait GpuKernels: Backend {
     /// One AdamW step of many parameters, each `[param, grad, moment 1, moment 2]` (f32, one
@@ -109,6 +114,48 @@ pub(crate) trait GpuKernels: Backend {
 
     /// The gradient of `x` `[batch, seq, channels]` from the windows' gradient.
     fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self>;
+
+    /// Self-attention's context `[batch · seq, heads · d_k]` from the queries, keys and values side
+    /// by side, `projected` `[batch · seq, 3 · heads · d_k]` (f32), under `padding` `[batch, seq]`
+    /// (1 at padding), and what [`Self::attention_backward`] reads.
+    fn attention_forward(
+        spec: AttentionSpec,
+        projected: FloatTensor<Self>,
+        padding: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, AttentionTape<FloatTensor<Self>>);
+
+    /// The gradient of `projected` from the context's.
+    fn attention_backward(tape: AttentionTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// Layer norm of `x` over its last dimension with scale `gamma` and shift `beta` (f32, that
+    /// dimension's length), and what [`Self::layer_norm_backward`] reads.
+    fn layer_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f32,
+    ) -> (FloatTensor<Self>, LayerNormTape<FloatTensor<Self>>);
+
+    /// The gradients of the input, γ and β from the output's.
+    fn layer_norm_backward(tape: LayerNormTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> [FloatTensor<Self>; 3];
+
+    /// The rows of `tokens` `[vocab, dim]` (f32) named by `ids` `[batch, seq]`, plus row `s` of
+    /// `positions` `[≥ seq, dim]` at position `s` where given, zero where `padding` `[batch, seq]`
+    /// is 1: `[batch, seq, dim]`.
+    fn lookup_forward(
+        tokens: FloatTensor<Self>,
+        positions: Option<FloatTensor<Self>>,
+        ids: IntTensor<Self>,
+        padding: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+
+    /// From the lookup's output gradient: that gradient with padding positions zeroed and, where
+    /// `position_rows` is given, the position table's gradient of that many rows.
+    fn lookup_backward(
+        grad: FloatTensor<Self>,
+        padding: FloatTensor<Self>,
+        position_rows: Option<usize>,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>);
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels for CubeBackend<R, F, I, BT> {
@@ -189,6 +236,48 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels
 
     fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self> {
         windows::backward(grad, seq, width)
+    }
+
+    fn attention_forward(
+        spec: AttentionSpec,
+        projected: FloatTensor<Self>,
+        padding: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, AttentionTape<FloatTensor<Self>>) {
+        attention::forward(spec, projected, padding)
+    }
+
+    fn attention_backward(tape: AttentionTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        attention::backward(tape, grad)
+    }
+
+    fn layer_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f32,
+    ) -> (FloatTensor<Self>, LayerNormTape<FloatTensor<Self>>) {
+        layer_norm::forward(x, gamma, beta, epsilon)
+    }
+
+    fn layer_norm_backward(tape: LayerNormTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> [FloatTensor<Self>; 3] {
+        layer_norm::backward(tape, grad)
+    }
+
+    fn lookup_forward(
+        tokens: FloatTensor<Self>,
+        positions: Option<FloatTensor<Self>>,
+        ids: IntTensor<Self>,
+        padding: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        embedding::forward(tokens, positions, ids, padding)
+    }
+
+    fn lookup_backward(
+        grad: FloatTensor<Self>,
+        padding: FloatTensor<Self>,
+        position_rows: Option<usize>,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        embedding::backward(grad, padding, position_rows)
     }
 }
 

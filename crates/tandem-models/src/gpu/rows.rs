@@ -1,12 +1,11 @@
-//! GELU, softmax over the last dimension and layer normalisation's normalising part as one
-//! kernel forward and one backward each. Burn runs them as several tensor operations on a GPU:
-//! GELU five forward and about fifteen backward (its derivative written out), softmax five
-//! forward (max, subtract, exp, sum, divide) and as many backward, layer norm's normalisation
-//! seven forward and more backward.
+//! GELU, softmax over the last dimension and dropout as one kernel forward and one backward each.
+//! Burn runs them as several tensor operations on a GPU: GELU five forward and about fifteen
+//! backward (its derivative written out), softmax five forward (max, subtract, exp, sum, divide)
+//! and as many backward, dropout a random draw, a comparison and two products forward.
 //!
-//! GELU and softmax give each unit (thread) one element or one row; layer norm one row. The rows
-//! of a Transformer are short (the sequence for softmax, `d_model` for layer norm), so a unit's
-//! loop over its row costs less than the launches it replaces. The forward kernels compute what
+//! GELU and dropout give each unit (thread) one element, softmax one row: the rows of a
+//! Transformer's scores are short, so a unit's loop over its row costs less than the launches it
+//! replaces. Dropout's backward pass draws its mask again rather than keeping it. The forward kernels compute what
 //! Burn's operations do, in the same order; GELU's backward is Burn's too, the derivative of its
 //! tanh approximation (as every backend but Flex runs it), so a GPU run trains as it did.
 
@@ -17,6 +16,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::{empty_like, one_unit_each};
+use crate::dropout::Draw;
 pub(crate) use crate::ops::rows::RowOp;
 
 /// What the backward kernel of a [`RowOp`] reads, as tensors `T` of the backend.
@@ -28,11 +28,8 @@ pub(crate) enum RowTape<T> {
     Softmax {
         output: T,
     },
-    /// The output and `1 / √(var + ε)` per row (`[rows]`).
-    Normalize {
-        output: T,
-        inverse: T,
-    },
+    /// Dropout's backward pass draws its mask again.
+    Dropout(Draw),
 }
 
 #[cfg(feature = "fusion")]
@@ -42,7 +39,7 @@ impl<T> RowTape<T> {
         match self {
             Self::Gelu { input } => RowTape::Gelu { input: f(input) },
             Self::Softmax { output } => RowTape::Softmax { output: f(output) },
-            Self::Normalize { output, inverse } => RowTape::Normalize { output: f(output), inverse: f(inverse) },
+            Self::Dropout(draw) => RowTape::Dropout(draw),
         }
     }
 
@@ -51,7 +48,7 @@ impl<T> RowTape<T> {
         match self {
             Self::Gelu { input } => vec![input],
             Self::Softmax { output } => vec![output],
-            Self::Normalize { output, inverse } => vec![output, inverse],
+            Self::Dropout(_) => vec![],
         }
     }
 }
@@ -81,6 +78,50 @@ fn gelu_backward_kernel(x: &Tensor<f32>, grad: &Tensor<f32>, out: &mut Tensor<f3
         let sech = 1.0 - tanh * tanh;
         out[i] = (tanh * 0.5 + (inner_2 * sech + 0.5)) * grad[i];
     }
+}
+
+/// [`crate::dropout::mix`] on the GPU.
+#[cube]
+fn mix(x: u32) -> u32 {
+    let x = (x ^ (x >> 16u32)) * 0x7feb_352du32;
+    let x = (x ^ (x >> 15u32)) * 0x846c_a68bu32;
+    x ^ (x >> 16u32)
+}
+
+/// [`Draw::factor`] on the GPU: `scale` where element `i` is kept, 0 where it is dropped.
+#[cube]
+pub(crate) fn dropout_factor(i: u32, key_0: u32, key_1: u32, threshold: u32, scale: f32) -> f32 {
+    let mut factor = 0.0f32;
+    if mix(mix(i ^ key_0) ^ key_1) >> 8u32 < threshold {
+        factor = scale;
+    }
+    factor
+}
+
+/// `x` times each element's dropout factor (forward and backward: the mask is drawn again).
+#[cube(launch)]
+fn dropout_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, key_0: u32, key_1: u32, threshold: u32, scale: f32) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        out[i] = x[i] * dropout_factor(i as u32, key_0, key_1, threshold, scale);
+    }
+}
+
+/// Launches [`dropout_kernel`] of `draw` over `x` (contiguous) into `out`.
+fn drop_out<R: CubeRuntime>(draw: Draw, x: CubeTensor<R>, out: &CubeTensor<R>) {
+    let (count, dim) = one_unit_each(&x, out.shape().num_elements());
+    let [key_0, key_1] = draw.key;
+    dropout_kernel::launch::<R>(
+        &x.client.clone(),
+        count,
+        dim,
+        x.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        key_0,
+        key_1,
+        draw.threshold,
+        draw.scale,
+    );
 }
 
 /// Writes the softmax of the `width` values of `x` from `start` into `out` at the same places, and
@@ -127,66 +168,6 @@ fn softmax_backward_kernel(y: &Tensor<f32>, grad: &Tensor<f32>, out: &mut Tensor
     }
 }
 
-#[cube(launch)]
-fn normalize_kernel(
-    x: &Tensor<f32>,
-    out: &mut Tensor<f32>,
-    inverse: &mut Tensor<f32>,
-    rows: u32,
-    epsilon: f32,
-    width: u32,
-) {
-    let row = ABSOLUTE_POS;
-    if row < rows as usize {
-        let (start, width) = (row * width as usize, width as usize);
-        let n = width as f32;
-        let mut sum = 0.0f32;
-        for j in 0..width {
-            sum += x[start + j];
-        }
-        let mean = sum / n;
-        let mut squares = 0.0f32;
-        for j in 0..width {
-            let centred = x[start + j] - mean;
-            out[start + j] = centred;
-            squares += centred * centred;
-        }
-        let denominator = (squares / n + epsilon).sqrt();
-        for j in 0..width {
-            out[start + j] = out[start + j] / denominator;
-        }
-        inverse[row] = 1.0 / denominator;
-    }
-}
-
-/// `(g − mean(g) − x̂ · mean(g ⊙ x̂)) / √(var + ε)` per row, from the output `x̂` and its gradient `g`.
-#[cube(launch)]
-fn normalize_backward_kernel(
-    normalized: &Tensor<f32>,
-    inverse: &Tensor<f32>,
-    grad: &Tensor<f32>,
-    out: &mut Tensor<f32>,
-    rows: u32,
-    width: u32,
-) {
-    let row = ABSOLUTE_POS;
-    if row < rows as usize {
-        let (start, width) = (row * width as usize, width as usize);
-        let n = width as f32;
-        let mut sum = 0.0f32;
-        let mut dot = 0.0f32;
-        for j in 0..width {
-            let g = grad[start + j];
-            sum += g;
-            dot += g * normalized[start + j];
-        }
-        let (mean, mean_dot, scale) = (sum / n, dot / n, inverse[row]);
-        for j in 0..width {
-            out[start + j] = (grad[start + j] - mean - normalized[start + j] * mean_dot) * scale;
-        }
-    }
-}
-
 /// Rows and their length: the last dimension, and every other one multiplied out.
 pub(crate) fn rows_of(shape: &Shape) -> (usize, usize) {
     let width = shape.as_slice().last().copied().unwrap_or(1).max(1);
@@ -219,21 +200,9 @@ pub(crate) fn forward<R: CubeRuntime>(op: RowOp, x: CubeTensor<R>) -> (CubeTenso
             );
             (out.clone(), RowTape::Softmax { output: out })
         }
-        RowOp::Normalize { epsilon } => {
-            let inverse = empty_like(&x, Shape::new([rows]));
-            let (count, dim) = one_unit_each(&x, rows);
-            normalize_kernel::launch::<R>(
-                &client,
-                count,
-                dim,
-                x.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                inverse.clone().into_tensor_arg(),
-                rows as u32,
-                epsilon,
-                width as u32,
-            );
-            (out.clone(), RowTape::Normalize { output: out, inverse })
+        RowOp::Dropout(draw) => {
+            drop_out(draw, x, &out);
+            (out, RowTape::Dropout(draw))
         }
     }
 }
@@ -271,20 +240,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: RowTape<CubeTensor<R>>, grad: CubeT
                 width as u32,
             );
         }
-        RowTape::Normalize { output, inverse } => {
-            let (count, dim) = one_unit_each(&grad, rows);
-            normalize_backward_kernel::launch::<R>(
-                &client,
-                count,
-                dim,
-                arg(output),
-                arg(inverse),
-                grad.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                rows as u32,
-                width as u32,
-            );
-        }
+        RowTape::Dropout(draw) => drop_out(draw, grad, &out),
     }
     out
 }

@@ -126,3 +126,117 @@ impl<I: Backend> Backward<I, 1> for EmbeddingBackward {
         grads.register::<I>(parent.id, d_table.into_primitive().tensor());
     }
 }
+
+/// The rows of `tokens` (`[vocab, dim]`) named by `ids` (`[batch, seq]`), plus row `s` of
+/// `positions` at position `s` where given, zero where `mask_pad` is `true`: `[batch, seq, dim]`,
+/// one kernel forward and one backward (and the token table's indexed addition) where `B` is a GPU
+/// backend compiled into this crate and the tables are f32; `None` elsewhere.
+pub(crate) fn embedded_on_gpu<B: Backend>(
+    tokens: Tensor<B, 2>,
+    positions: Option<Tensor<B, 2>>,
+    ids: Tensor<B, 2, Int>,
+    mask_pad: &Tensor<B, 2, Bool>,
+) -> Option<Tensor<B, 3>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if tokens.dtype() == burn::tensor::DType::F32 {
+        let task = gpu::Lookup { tokens, positions, ids, mask_pad: mask_pad.clone() };
+        return crate::ops::gpu_path::run::<B, _>(task).ok();
+    }
+    let _ = (tokens, positions, ids, mask_pad);
+    None
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod gpu {
+    use burn::backend::Autodiff;
+    use burn::tensor::backend::Backend;
+    use burn::tensor::ops::{FloatTensor, IntTensor};
+    use burn::tensor::{Bool, IndexingUpdateOp, Int, Tensor, TensorPrimitive};
+
+    use crate::gpu::GpuKernels;
+    use crate::kernels::dispatch::same_type;
+    use crate::ops::gpu_path::{gpu_node, GpuBackward, GpuPath};
+
+    /// One lookup for [`crate::ops::gpu_path::run`].
+    pub(super) struct Lookup<B: Backend> {
+        pub(super) tokens: Tensor<B, 2>,
+        pub(super) positions: Option<Tensor<B, 2>>,
+        pub(super) ids: Tensor<B, 2, Int>,
+        pub(super) mask_pad: Tensor<B, 2, Bool>,
+    }
+
+    impl<B: Backend> Lookup<B> {
+        /// The ids and the padding mask as floats on `G` (both are `G`'s under `Autodiff<G>`).
+        fn ids_and_padding<G: Backend>(&self) -> (IntTensor<G>, FloatTensor<G>) {
+            let ids = same_type(self.ids.clone().into_primitive());
+            let mask = Tensor::<G, 2, Bool>::from_primitive(same_type(self.mask_pad.clone().into_primitive()));
+            (ids, mask.float().into_primitive().tensor())
+        }
+    }
+
+    impl<B: Backend> GpuPath<B> for Lookup<B> {
+        type Output = Tensor<B, 3>;
+
+        fn plain<G: GpuKernels>(self) -> Tensor<B, 3> {
+            let (ids, padding) = self.ids_and_padding::<G>();
+            let table = |t: Tensor<B, 2>| same_type::<_, Tensor<G, 2>>(t).into_primitive().tensor();
+            let out = G::lookup_forward(table(self.tokens), self.positions.map(table), ids, padding);
+            same_type(Tensor::<G, 3>::from_primitive(TensorPrimitive::Float(out)))
+        }
+
+        fn autodiff<G: GpuKernels>(self) -> Tensor<B, 3> {
+            let (ids, padding) = self.ids_and_padding::<G>();
+            let table = |t: Tensor<B, 2>| same_type::<_, Tensor<Autodiff<G>, 2>>(t).into_primitive().tensor();
+            let kept = Kept {
+                ids: ids.clone(),
+                padding: padding.clone(),
+                vocab: self.tokens.dims()[0],
+                position_rows: self.positions.as_ref().map(|p| p.dims()[0]),
+            };
+            let (tokens, positions) = (table(self.tokens), self.positions.map(table));
+            let out = match positions {
+                None => gpu_node(Backward, [tokens], |[tokens], tracked| {
+                    (G::lookup_forward(tokens, None, ids, padding), tracked.then_some(kept))
+                }),
+                Some(positions) => gpu_node(Backward, [tokens, positions], |[tokens, positions], tracked| {
+                    (G::lookup_forward(tokens, Some(positions), ids, padding), tracked.then_some(kept))
+                }),
+            };
+            same_type(Tensor::<Autodiff<G>, 3>::from_primitive(TensorPrimitive::Float(out)))
+        }
+    }
+
+    /// What the backward pass reads: the ids, the padding mask, and the tables' rows.
+    #[derive(Clone, Debug)]
+    struct Kept<G: Backend> {
+        ids: IntTensor<G>,
+        padding: FloatTensor<G>,
+        vocab: usize,
+        position_rows: Option<usize>,
+    }
+
+    /// The lookup's backward pass: the token table's gradient (and the position table's, `N` = 2).
+    #[derive(Debug)]
+    struct Backward;
+
+    impl<G: GpuKernels, const N: usize> GpuBackward<G, N> for Backward {
+        type Kept = Kept<G>;
+
+        fn input_gradients(self, kept: Kept<G>, grad: FloatTensor<G>) -> [FloatTensor<G>; N] {
+            let (masked, d_positions) = G::lookup_backward(grad, kept.padding, kept.position_rows);
+            let masked = Tensor::<G, 3>::from_primitive(TensorPrimitive::Float(masked));
+            let [batch, seq, dim] = masked.dims();
+            let ids = Tensor::<G, 2, Int>::from_primitive(kept.ids).reshape([batch * seq]);
+            // Where one token sits at many positions, the indexed addition sums its rows.
+            let d_tokens = Tensor::<G, 2>::zeros([kept.vocab, dim], &masked.device()).select_assign(
+                0,
+                ids,
+                masked.reshape([batch * seq, dim]),
+                IndexingUpdateOp::Add,
+            );
+            let gradients: Vec<_> =
+                [Some(d_tokens.into_primitive().tensor()), d_positions].into_iter().flatten().collect();
+            gradients.try_into().unwrap_or_else(|_| unreachable!("a gradient for each table"))
+        }
+    }
+}

@@ -17,7 +17,8 @@
 //!   large matmul ([`super::linear`]). The padding mask is expanded to the scores' shape once
 //!   per layer instead of being broadcast by each `mask_fill` (forward and backward). On the CPU
 //!   backends, GELU, the scores' softmax, the head split and merge, and layer norm's normalising
-//!   part are one autodiff node each ([`super::host_ops`]).
+//!   part are one autodiff node each ([`super::host_ops`]); on the GPU backends attention's core
+//!   (scores to context) is one ([`super::attention`]).
 //!
 //! The fused weights are concatenated from the stock modules' parameters on every forward pass
 //! (a few hundred kB), so gradients flow back to those parameters, a model trains the same either
@@ -39,6 +40,7 @@ use burn::tensor::activation::{quiet_softmax, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
 
+use super::attention;
 use super::concat::concat;
 use super::conv_max::{conv_max, Widths};
 use super::host_ops::{gelu, layer_norm, permute, softmax_last};
@@ -183,6 +185,9 @@ fn on_rows<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
 /// Burn's `MultiHeadAttention::forward` (self-attention, padding mask) on rows of features.
 fn attention<B: Backend>(mha: &MultiHeadAttention<B>, x: Tensor<B, 3>, mask_pad: &Tensor<B, 2, Bool>) -> Tensor<B, 3> {
     let [batch, seq, d_model] = x.dims();
+    if let Some(context) = attention::on_gpu(mha, x.clone().reshape([batch * seq, d_model]), mask_pad) {
+        return on_rows(&mha.output, context.reshape([batch, seq, d_model]));
+    }
     // Heads as `[batch, heads, seq, d_k]`; keys as `[batch, heads, d_k, seq]`, ready for `q · kᵀ`.
     let heads = |linear: &Linear<B>, axes| {
         permute(on_rows(linear, x.clone()).reshape([batch, seq, mha.n_heads, mha.d_k]), axes)

@@ -1,6 +1,6 @@
 //! Running an operation's GPU path behind a generic `B: Backend`: the one place that asks which
 //! GPU backend compiled into this crate `B` is (by `TypeId`), with or without autodiff; and the
-//! autodiff node of the GPU operations of one float input ([`OneInput`]).
+//! autodiff node of the GPU operations ([`GpuBackward`]).
 
 use std::any::TypeId;
 use std::fmt::Debug;
@@ -11,7 +11,6 @@ use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::Tensor;
 
 use crate::gpu::GpuKernels;
 use crate::kernels::dispatch::record_node;
@@ -54,37 +53,39 @@ pub(crate) fn run<B: Backend, T: GpuPath<B>>(task: T) -> Result<T::Output, T> {
     Err(task)
 }
 
-/// The backward pass of an operation of one float input on `G`: the input's gradient from the
+/// The backward pass of a GPU operation of `N` float inputs on `G`: the inputs' gradients from the
 /// output's and what the forward pass kept.
-pub(crate) trait OneInput<G: GpuKernels>: Debug + Send + Sync + 'static {
+pub(crate) trait GpuBackward<G: GpuKernels, const N: usize>: Debug + Send + Sync + 'static {
     /// What the forward pass keeps for the backward pass.
     type Kept: Clone + Send + Debug + 'static;
-    /// The input's gradient from the output's, `grad`.
-    fn input_gradient(self, kept: Self::Kept, grad: FloatTensor<G>) -> FloatTensor<G>;
+    /// The inputs' gradients from the output's, `grad`.
+    fn input_gradients(self, kept: Self::Kept, grad: FloatTensor<G>) -> [FloatTensor<G>; N];
 }
 
-/// Runs `forward` on `x`'s value on `G` (told whether the node is tracked) and registers it as one
-/// autodiff node whose backward pass is `op`'s.
-pub(crate) fn one_input_node<G: GpuKernels, Op: OneInput<G>, const D: usize>(
+/// Runs `forward` on the values of `inputs` on `G` (told whether the node is tracked) and
+/// registers it as one autodiff node whose backward pass is `op`'s.
+pub(crate) fn gpu_node<G: GpuKernels, Op: GpuBackward<G, N>, const N: usize>(
     op: Op,
-    x: Tensor<Autodiff<G>, D>,
-    forward: impl FnOnce(FloatTensor<G>, bool) -> (FloatTensor<G>, Option<Op::Kept>),
+    inputs: [FloatTensor<Autodiff<G>>; N],
+    forward: impl FnOnce([FloatTensor<G>; N], bool) -> (FloatTensor<G>, Option<Op::Kept>),
 ) -> FloatTensor<Autodiff<G>> {
-    record_node(Node(op), [x.into_primitive().tensor()], |[x], tracked| forward(x, tracked))
+    record_node(Node(op), inputs, forward)
 }
 
-/// The autodiff node of a [`OneInput`] operation.
+/// The autodiff node of a [`GpuBackward`] operation.
 #[derive(Debug)]
 struct Node<Op>(Op);
 
-impl<G: GpuKernels, Op: OneInput<G>> Backward<G, 1> for Node<Op> {
+impl<G: GpuKernels, Op: GpuBackward<G, N>, const N: usize> Backward<G, N> for Node<Op> {
     type State = Op::Kept;
 
-    fn backward(self, ops: Ops<Op::Kept, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+    fn backward(self, ops: Ops<Op::Kept, N>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let grad = grads.consume::<G>(&ops.node);
-        let [parent] = ops.parents;
-        if let Some(parent) = parent {
-            grads.register::<G>(parent.id, self.0.input_gradient(ops.state, grad));
+        let gradients = self.0.input_gradients(ops.state, grad);
+        for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let Some(parent) = parent {
+                grads.register::<G>(parent.id, gradient);
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! GELU, softmax, layer normalisation and permutation: on the CPU backends each is one autodiff
-//! node over a host kernel ([`crate::kernels::host_op`]); elsewhere Burn's operation runs.
+//! node over a host kernel ([`crate::kernels::host_op`]); on the GPU backends the first three are
+//! GPU kernels ([`super::rows`], [`super::layer_norm`]); elsewhere Burn's operation runs.
 //!
 //! Under autodiff Burn runs each as several tensor operations, each allocating its result and
 //! recording its own backward, with scalar libm calls, or (a copy of a permuted view) one value at
@@ -44,17 +45,20 @@ pub(crate) fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tenso
 /// the module's own private).
 ///
 /// `LayerNorm::forward` runs, under autodiff, as Burn's default decomposition: mean, subtract,
-/// square, mean, add ε, square root, divide (then scale and shift), about 6 % of a step. Here the
-/// normalising part is one node; the scale γ and shift β stay tensor operations, so their
-/// gradients are Burn's. Flex and ndarray without autodiff run `LayerNorm::forward` (one fused
-/// kernel there).
+/// square, mean, add ε, square root, divide (then scale and shift), about 6 % of a step. On the
+/// CPU backends the normalising part is one node, the scale γ and shift β stay tensor operations
+/// (their gradients are Burn's); on the GPU backends all of it is one ([`super::layer_norm`]).
+/// Flex and ndarray without autodiff run `LayerNorm::forward` (one fused kernel there).
 pub(crate) fn layer_norm<B: Backend, const D: usize>(
     norm: &LayerNorm<B>,
     x: Tensor<B, D>,
     epsilon: f64,
 ) -> Tensor<B, D> {
     let epsilon = epsilon as f32;
-    match on_gpu(RowOp::Normalize { epsilon }, x.clone()).or_else(|| host_op::apply(Normalize { epsilon }, x.clone())) {
+    if let Some(y) = super::layer_norm::on_gpu(norm, x.clone(), epsilon) {
+        return y;
+    }
+    match host_op::apply(Normalize { epsilon }, x.clone()) {
         Some(normalized) => {
             let scaled = normalized * norm.gamma.val().unsqueeze();
             match &norm.beta {

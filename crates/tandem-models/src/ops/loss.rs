@@ -36,7 +36,7 @@ mod gpu {
 
     use crate::gpu::GpuKernels;
     use crate::kernels::dispatch::same_type;
-    use crate::ops::gpu_path::{one_input_node, GpuPath, OneInput};
+    use crate::ops::gpu_path::{gpu_node, GpuBackward, GpuPath};
 
     /// One loss for [`crate::ops::gpu_path::run`].
     pub(super) struct CrossEntropy<B: Backend> {
@@ -56,7 +56,7 @@ mod gpu {
         fn autodiff<G: GpuKernels>(self) -> Tensor<B, 1> {
             let logits: Tensor<Autodiff<G>, 2> = same_type(self.logits);
             let labels: IntTensor<G> = same_type::<_, Tensor<Autodiff<G>, 1, Int>>(self.labels).into_primitive();
-            let loss = one_input_node(Backward, logits, |logits, tracked| {
+            let loss = gpu_node(Backward, [logits.into_primitive().tensor()], |[logits], tracked| {
                 let (loss, softmax) = G::cross_entropy_forward(logits, labels.clone());
                 (loss, tracked.then_some((softmax, labels)))
             });
@@ -68,11 +68,11 @@ mod gpu {
     #[derive(Debug)]
     struct Backward;
 
-    impl<G: GpuKernels> OneInput<G> for Backward {
+    impl<G: GpuKernels> GpuBackward<G, 1> for Backward {
         type Kept = (FloatTensor<G>, IntTensor<G>);
 
-        fn input_gradient(self, (softmax, labels): Self::Kept, grad: FloatTensor<G>) -> FloatTensor<G> {
-            G::cross_entropy_backward(softmax, labels, grad)
+        fn input_gradients(self, (softmax, labels): Self::Kept, grad: FloatTensor<G>) -> [FloatTensor<G>; 1] {
+            [G::cross_entropy_backward(softmax, labels, grad)]
         }
     }
 }

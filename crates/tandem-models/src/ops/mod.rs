@@ -3,6 +3,7 @@
 //! backends that have one and Burn's tensor operations elsewhere. Their host-memory loops are in
 //! [`crate::kernels`].
 
+pub(crate) mod attention;
 pub(crate) mod concat;
 pub(crate) mod conv_max;
 pub(crate) mod embedding;
@@ -10,6 +11,7 @@ pub(crate) mod fused;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod gpu_path;
 pub(crate) mod host_ops;
+pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod loss;
 pub(crate) mod recurrence;

@@ -1,9 +1,11 @@
-//! GELU, softmax and layer norm's normalisation on the GPU backends compiled into this crate:
+//! GELU, softmax and dropout on the GPU backends compiled into this crate:
 //! one kernel forward and one backward ([`crate::gpu::GpuKernels::rows_forward`]), one autodiff
 //! node. Burn runs each as five to fifteen tensor operations a pass there.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+
+use crate::dropout::Draw;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use gpu::Rows;
@@ -15,8 +17,8 @@ pub(crate) enum RowOp {
     Gelu,
     /// `exp(x − max) / Σ exp(x − max)` (Burn's `softmax` over the last dimension).
     Softmax,
-    /// `(x − mean) / √(var + ε)` (layer norm without its scale and shift).
-    Normalize { epsilon: f32 },
+    /// `x` times its factor in the mask `draw` (0 or `1 / keep`), element by element.
+    Dropout(Draw),
 }
 
 /// `op` on `x` (f32) where `B` is a GPU backend compiled into this crate, with autodiff or not;
@@ -40,7 +42,7 @@ mod gpu {
     use super::RowOp;
     use crate::gpu::{GpuKernels, RowTape};
     use crate::kernels::dispatch::same_type;
-    use crate::ops::gpu_path::{one_input_node, GpuPath, OneInput};
+    use crate::ops::gpu_path::{gpu_node, GpuBackward, GpuPath};
 
     /// One row operation for [`crate::ops::gpu_path::run`].
     pub(super) struct Rows<B: Backend, const D: usize> {
@@ -59,7 +61,8 @@ mod gpu {
 
         fn autodiff<G: GpuKernels>(self) -> Tensor<B, D> {
             let op = self.op;
-            let output = one_input_node(Backward, same_type::<_, Tensor<Autodiff<G>, D>>(self.x), |x, tracked| {
+            let x = same_type::<_, Tensor<Autodiff<G>, D>>(self.x).into_primitive().tensor();
+            let output = gpu_node(Backward, [x], |[x], tracked| {
                 let (output, tape) = G::rows_forward(op, x);
                 (output, tracked.then_some(tape))
             });
@@ -71,11 +74,11 @@ mod gpu {
     #[derive(Debug)]
     struct Backward;
 
-    impl<G: GpuKernels> OneInput<G> for Backward {
+    impl<G: GpuKernels> GpuBackward<G, 1> for Backward {
         type Kept = RowTape<FloatTensor<G>>;
 
-        fn input_gradient(self, tape: Self::Kept, grad: FloatTensor<G>) -> FloatTensor<G> {
-            G::rows_backward(tape, grad)
+        fn input_gradients(self, tape: Self::Kept, grad: FloatTensor<G>) -> [FloatTensor<G>; 1] {
+            [G::rows_backward(tape, grad)]
         }
     }
 }

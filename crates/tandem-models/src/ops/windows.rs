@@ -44,7 +44,7 @@ mod gpu {
 
     use crate::gpu::GpuKernels;
     use crate::kernels::dispatch::same_type;
-    use crate::ops::gpu_path::{one_input_node, GpuPath, OneInput};
+    use crate::ops::gpu_path::{gpu_node, GpuBackward, GpuPath};
 
     /// One windowing for [`crate::ops::gpu_path::run`].
     pub(super) struct Windows<B: Backend> {
@@ -65,8 +65,9 @@ mod gpu {
         fn autodiff<G: GpuKernels>(self) -> Tensor<B, 3> {
             let x: Tensor<Autodiff<G>, 3> = same_type(self.x);
             let (seq, width, positions) = (x.dims()[1], self.width, self.positions);
+            let x = x.into_primitive().tensor();
             let windows =
-                one_input_node(Backward { seq, width }, x, |x, _| (G::windows_forward(x, width, positions), Some(())));
+                gpu_node(Backward { seq, width }, [x], |[x], _| (G::windows_forward(x, width, positions), Some(())));
             same_type(Tensor::<Autodiff<G>, 3>::from_primitive(TensorPrimitive::Float(windows)))
         }
     }
@@ -78,11 +79,11 @@ mod gpu {
         width: usize,
     }
 
-    impl<G: GpuKernels> OneInput<G> for Backward {
+    impl<G: GpuKernels> GpuBackward<G, 1> for Backward {
         type Kept = ();
 
-        fn input_gradient(self, _: (), grad: FloatTensor<G>) -> FloatTensor<G> {
-            G::windows_backward(grad, self.seq, self.width)
+        fn input_gradients(self, _: (), grad: FloatTensor<G>) -> [FloatTensor<G>; 1] {
+            [G::windows_backward(grad, self.seq, self.width)]
         }
     }
 }

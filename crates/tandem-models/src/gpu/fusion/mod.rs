@@ -1,215 +1,26 @@
-//! The recurrence kernels under Burn's fusion: each kernel call joins the fusion stream as one
-//! custom operation, which runs the inner CubeCL backend's kernels on its tensors when the stream
-//! executes. Fusion never fuses across it; the element-wise work around it still fuses.
+//! Tandem's kernels under Burn's fusion: each kernel call joins the fusion stream as one custom
+//! operation ([`operations`]), which runs the inner CubeCL backend's kernels on its tensors when
+//! the stream executes. Fusion never fuses across it; the element-wise work around it still fuses.
+
+mod operations;
 
 use std::marker::PhantomData;
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Shape, TensorMetadata};
-use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_fusion::stream::OperationStreams;
+use burn_fusion::{Fusion, FusionBackend};
+use burn_ir::{CustomOpIr, OperationIr, TensorIr};
 
-use super::{recurrence::taped, rows::rows_of, GpuKernels, RecurrenceTape, RowOp, RowTape};
+use super::{
+    recurrence::taped, AttentionSpec, AttentionTape, GpuKernels, LayerNormTape, RecurrenceTape, RowOp, RowTape,
+};
 use crate::adamw::AdamWScalars;
 use crate::kernels::recurrence::Cell;
-
-type Handles<B> = HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
-
-/// The forward kernel as a fusion operation: inputs `[projected, weight, bias]`, outputs
-/// `[hidden states]`, with the tape `[…, values, previous]` when recording.
-#[derive(Debug)]
-struct Forward<B> {
-    desc: CustomOpIr,
-    cell: Cell,
-    reverse: bool,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Forward<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let [projected, weight, bias] = [0, 1, 2].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
-        let record = self.desc.outputs.len() == 3;
-        let (hidden, tape) = B::recurrence_forward(self.cell, projected, weight, bias, self.reverse, record);
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, hidden);
-        if let Some(tape) = tape {
-            handles.register_float_tensor::<B>(&self.desc.outputs[1].id, tape.values);
-            handles.register_float_tensor::<B>(&self.desc.outputs[2].id, tape.previous);
-        }
-    }
-}
-
-/// The backward pass as a fusion operation: inputs `[grad, weight, values, previous]`, outputs
-/// the gradients `[projected, weight, bias]`.
-#[derive(Debug)]
-struct Backward<B> {
-    desc: CustomOpIr,
-    cell: Cell,
-    reverse: bool,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Backward<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let [grad, weight, values, previous] =
-            [0, 1, 2, 3].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
-        let tape = RecurrenceTape { cell: self.cell, reverse: self.reverse, weight, values, previous };
-        let (projected, weight, bias) = B::recurrence_backward(tape, grad);
-        for (output, gradient) in self.desc.outputs.iter().zip([projected, weight, bias]) {
-            handles.register_float_tensor::<B>(&output.id, gradient);
-        }
-    }
-}
-
-/// One AdamW step of many parameters as a fusion operation: inputs `[param, grad, moment 1,
-/// moment 2]` of each parameter in turn and then `‖g‖²`, outputs each parameter and both its
-/// moments after it, in turn.
-#[derive(Debug)]
-struct AdamW<B> {
-    desc: CustomOpIr,
-    scalars: AdamWScalars,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for AdamW<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let (norm, parameters) = self.desc.inputs.split_last().expect("the squared norm");
-        let tensors = parameters
-            .chunks_exact(4)
-            .map(|four| [0, 1, 2, 3].map(|i| handles.get_float_tensor::<B>(&four[i])))
-            .collect();
-        let squared_norm = handles.get_float_tensor::<B>(norm);
-        let results = B::adamw(&self.scalars, tensors, squared_norm).into_iter().flatten();
-        for (output, tensor) in self.desc.outputs.iter().zip(results) {
-            handles.register_float_tensor::<B>(&output.id, tensor);
-        }
-    }
-}
-
-/// Tensors side by side as a fusion operation: inputs the pieces, output the whole.
-#[derive(Debug)]
-struct Concat<B> {
-    desc: CustomOpIr,
-    dim: usize,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Concat<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let pieces = self.desc.inputs.iter().map(|input| handles.get_float_tensor::<B>(input)).collect();
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::concat(pieces, self.dim));
-    }
-}
-
-/// The squared sum of many tensors as a fusion operation: inputs the tensors, output `[1]`.
-#[derive(Debug)]
-struct SquaredSum<B> {
-    desc: CustomOpIr,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for SquaredSum<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let inputs = self.desc.inputs.iter().map(|input| handles.get_float_tensor::<B>(input)).collect();
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::squared_sum(inputs));
-    }
-}
-
-/// A row operation's forward kernel as a fusion operation: input `[x]`, outputs `[output]` and,
-/// for layer norm, `[…, 1 / √(var + ε)]`.
-#[derive(Debug)]
-struct RowsForward<B> {
-    desc: CustomOpIr,
-    op: RowOp,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for RowsForward<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let x = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
-        let (output, tape) = B::rows_forward(self.op, x);
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, output);
-        if let RowTape::Normalize { inverse, .. } = tape {
-            handles.register_float_tensor::<B>(&self.desc.outputs[1].id, inverse);
-        }
-    }
-}
-
-/// A row operation's backward kernel as a fusion operation: inputs `[grad]` and the tape's
-/// tensors, output the input's gradient.
-#[derive(Debug)]
-struct RowsBackward<B> {
-    desc: CustomOpIr,
-    tape: RowTape<TensorIr>,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for RowsBackward<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let grad = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
-        let tape = self.tape.clone().map(|ir| handles.get_float_tensor::<B>(&ir));
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::rows_backward(tape, grad));
-    }
-}
-
-/// The cross-entropy's forward kernel as a fusion operation: inputs `[logits, labels]`, outputs
-/// `[loss, softmax]`.
-#[derive(Debug)]
-struct CrossEntropyForward<B> {
-    desc: CustomOpIr,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for CrossEntropyForward<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let logits = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
-        let labels = handles.get_int_tensor::<B>(&self.desc.inputs[1]);
-        let (loss, softmax) = B::cross_entropy_forward(logits, labels);
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, loss);
-        handles.register_float_tensor::<B>(&self.desc.outputs[1].id, softmax);
-    }
-}
-
-/// The cross-entropy's backward kernel as a fusion operation: inputs `[softmax, labels, grad]`,
-/// output the logits' gradient.
-#[derive(Debug)]
-struct CrossEntropyBackward<B> {
-    desc: CustomOpIr,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for CrossEntropyBackward<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let softmax = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
-        let labels = handles.get_int_tensor::<B>(&self.desc.inputs[1]);
-        let grad = handles.get_float_tensor::<B>(&self.desc.inputs[2]);
-        let logits = B::cross_entropy_backward(softmax, labels, grad);
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, logits);
-    }
-}
-
-/// The windows of a sequence as a fusion operation, forward (input `x`, output the windows) or
-/// backward (input their gradient, output `x`'s).
-#[derive(Debug)]
-struct Windows<B> {
-    desc: CustomOpIr,
-    /// `(width, positions)` forward; `(width, seq)` backward.
-    width: usize,
-    length: usize,
-    forward: bool,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for Windows<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let input = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
-        let output = match self.forward {
-            true => B::windows_forward(input, self.width, self.length),
-            false => B::windows_backward(input, self.length, self.width),
-        };
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, output);
-    }
-}
+use operations::{
+    AdamW, AttentionBackward, AttentionForward, Backward, Concat, CrossEntropyBackward, CrossEntropyForward, Forward,
+    LayerNormBackward, LayerNormForward, LookupBackward, LookupForward, RowsBackward, RowsForward, SquaredSum, Windows,
+};
 
 impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
     fn concat(pieces: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
@@ -325,25 +136,17 @@ impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
 
     fn rows_forward(op: RowOp, x: FloatTensor<Self>) -> (FloatTensor<Self>, RowTape<FloatTensor<Self>>) {
         let client = x.client.clone();
-        let shape = x.shape();
-        let (rows, _) = rows_of(&shape);
-        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, x.dtype);
-        let mut outputs = vec![out(shape.clone())];
-        if let RowOp::Normalize { .. } = op {
-            outputs.push(out(Shape::new([rows])));
-        }
+        let output = TensorIr::uninit(client.create_empty_handle(), x.shape(), x.dtype);
         let streams = OperationStreams::with_inputs([&x]);
         let input = x.clone();
-        let desc = CustomOpIr::new("tandem_rows_forward", &[x.into_ir()], &outputs);
+        let desc = CustomOpIr::new("tandem_rows_forward", &[x.into_ir()], &[output]);
         let operation = RowsForward::<B> { desc: desc.clone(), op, _backend: PhantomData };
-        let mut tensors = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
-        let output = tensors.next().expect("the row operation's output");
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        let output = outputs.next().expect("the row operation's output");
         let tape = match op {
             RowOp::Gelu => RowTape::Gelu { input },
             RowOp::Softmax => RowTape::Softmax { output: output.clone() },
-            RowOp::Normalize { .. } => {
-                RowTape::Normalize { output: output.clone(), inverse: tensors.next().expect("layer norm's inverse") }
-            }
+            RowOp::Dropout(draw) => RowTape::Dropout(draw),
         };
         (output, tape)
     }
@@ -400,6 +203,114 @@ impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
     fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self> {
         let [batch, _, row] = grad.shape().dims::<3>();
         windows::<B>(grad, Shape::new([batch, seq, row / width]), width, seq, false)
+    }
+    fn attention_forward(
+        spec: AttentionSpec,
+        projected: FloatTensor<Self>,
+        padding: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, AttentionTape<FloatTensor<Self>>) {
+        let client = projected.client.clone();
+        let [batch, seq] = padding.shape().dims::<2>();
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, projected.dtype);
+        let width = projected.shape().dims::<2>()[1] / 3;
+        let outputs = [out(Shape::new([batch * seq, width])), out(Shape::new([batch, spec.heads, seq, seq]))];
+        let streams = OperationStreams::with_inputs([&projected, &padding]);
+        let inputs = [&projected, &padding].map(|t| t.clone().into_ir());
+        let desc = CustomOpIr::new("tandem_attention_forward", &inputs, &outputs);
+        let operation = AttentionForward::<B> { desc: desc.clone(), spec, _backend: PhantomData };
+        let [context, weights]: [FloatTensor<Self>; 2] = client
+            .register(streams, OperationIr::Custom(desc), operation)
+            .try_into()
+            .expect("the context and the weights");
+        (context, AttentionTape { spec, projected, padding, weights })
+    }
+
+    fn attention_backward(tape: AttentionTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        let AttentionTape { spec, projected, padding, weights } = tape;
+        let client = grad.client.clone();
+        let output = TensorIr::uninit(client.create_empty_handle(), projected.shape(), projected.dtype);
+        let tensors = [grad, projected, padding, weights];
+        let streams = OperationStreams::with_inputs(&tensors);
+        let inputs = tensors.map(|t| t.into_ir());
+        let desc = CustomOpIr::new("tandem_attention_backward", &inputs, &[output]);
+        let operation = AttentionBackward::<B> { desc: desc.clone(), spec, _backend: PhantomData };
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        outputs.next().expect("the projections' gradient")
+    }
+
+    fn layer_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f32,
+    ) -> (FloatTensor<Self>, LayerNormTape<FloatTensor<Self>>) {
+        let client = x.client.clone();
+        let rows = x.shape().num_elements() / gamma.shape().num_elements().max(1);
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, x.dtype);
+        let outputs = [out(x.shape()), out(x.shape()), out(Shape::new([rows]))];
+        let streams = OperationStreams::with_inputs([&x, &gamma, &beta]);
+        let inputs = [x, gamma.clone(), beta].map(|t| t.into_ir());
+        let desc = CustomOpIr::new("tandem_layer_norm_forward", &inputs, &outputs);
+        let operation = LayerNormForward::<B> { desc: desc.clone(), epsilon, _backend: PhantomData };
+        let [output, normalized, inverse]: [FloatTensor<Self>; 3] = client
+            .register(streams, OperationIr::Custom(desc), operation)
+            .try_into()
+            .expect("the output, the normalized input and the inverse deviations");
+        (output, LayerNormTape { normalized, inverse, gamma })
+    }
+
+    fn layer_norm_backward(tape: LayerNormTape<FloatTensor<Self>>, grad: FloatTensor<Self>) -> [FloatTensor<Self>; 3] {
+        let LayerNormTape { normalized, inverse, gamma } = tape;
+        let client = grad.client.clone();
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, grad.dtype);
+        let outputs = [out(grad.shape()), out(gamma.shape()), out(gamma.shape())];
+        let tensors = [grad, normalized, inverse, gamma];
+        let streams = OperationStreams::with_inputs(&tensors);
+        let inputs = tensors.map(|t| t.into_ir());
+        let desc = CustomOpIr::new("tandem_layer_norm_backward", &inputs, &outputs);
+        let operation = LayerNormBackward::<B> { desc: desc.clone(), _backend: PhantomData };
+        client
+            .register(streams, OperationIr::Custom(desc), operation)
+            .try_into()
+            .expect("the input's, γ's and β's gradients")
+    }
+    fn lookup_forward(
+        tokens: FloatTensor<Self>,
+        positions: Option<FloatTensor<Self>>,
+        ids: IntTensor<Self>,
+        padding: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let client = tokens.client.clone();
+        let [batch, seq] = ids.shape().dims::<2>();
+        let dim = tokens.shape().dims::<2>()[1];
+        let output = TensorIr::uninit(client.create_empty_handle(), Shape::new([batch, seq, dim]), tokens.dtype);
+        let tensors: Vec<_> = [tokens, ids, padding].into_iter().chain(positions).collect();
+        let streams = OperationStreams::with_inputs(&tensors);
+        let inputs: Vec<TensorIr> = tensors.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("tandem_lookup_forward", &inputs, &[output]);
+        let operation = LookupForward::<B> { desc: desc.clone(), _backend: PhantomData };
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        outputs.next().expect("the embedded sequence")
+    }
+
+    fn lookup_backward(
+        grad: FloatTensor<Self>,
+        padding: FloatTensor<Self>,
+        position_rows: Option<usize>,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        let client = grad.client.clone();
+        let dim = grad.shape().dims::<3>()[2];
+        let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, grad.dtype);
+        let outputs: Vec<TensorIr> = [Some(grad.shape()), position_rows.map(|rows| Shape::new([rows, dim]))]
+            .into_iter()
+            .flatten()
+            .map(out)
+            .collect();
+        let streams = OperationStreams::with_inputs([&grad, &padding]);
+        let desc = CustomOpIr::new("tandem_lookup_backward", &[grad.into_ir(), padding.into_ir()], &outputs);
+        let operation = LookupBackward::<B> { desc: desc.clone(), position_rows, _backend: PhantomData };
+        let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
+        (outputs.next().expect("the masked gradient"), outputs.next())
     }
 }
 
