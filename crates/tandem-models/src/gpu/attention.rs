@@ -17,7 +17,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::rows::dropout_factor;
+use super::rows::{dropout_factor, softmax_in_place};
 use super::{empty_like, one_unit_each};
 use crate::dropout::Draw;
 
@@ -105,19 +105,7 @@ fn forward_kernel(
             }
             weights[start + j as usize] = score;
         }
-        let mut max = weights[start];
-        for j in 1..seq as usize {
-            max = f32::max(max, weights[start + j]);
-        }
-        let mut sum = 0.0f32;
-        for j in 0..seq as usize {
-            let e = (weights[start + j] - max).exp();
-            weights[start + j] = e;
-            sum += e;
-        }
-        for j in 0..seq as usize {
-            weights[start + j] = weights[start + j] / sum;
-        }
+        softmax_in_place(weights, start, seq as usize);
         for c in 0..d_k as usize {
             let mut total = 0.0f32;
             for j in 0..seq {

@@ -128,18 +128,28 @@ fn drop_out<R: CubeRuntime>(draw: Draw, x: CubeTensor<R>, out: &CubeTensor<R>) {
 /// returns their log-sum-exp, `max + log Σ exp(x − max)`.
 #[cube]
 pub(crate) fn softmax_row(x: &Tensor<f32>, out: &mut Tensor<f32>, start: usize, width: usize) -> f32 {
-    let mut max = x[start];
+    for j in 0..width {
+        out[start + j] = x[start + j];
+    }
+    softmax_in_place(out, start, width)
+}
+
+/// Replaces the `width` values of `values` from `start` by their softmax, and returns their
+/// log-sum-exp, `max + log Σ exp(x − max)`.
+#[cube]
+pub(crate) fn softmax_in_place(values: &mut Tensor<f32>, start: usize, width: usize) -> f32 {
+    let mut max = values[start];
     for j in 1..width {
-        max = f32::max(max, x[start + j]);
+        max = f32::max(max, values[start + j]);
     }
     let mut sum = 0.0f32;
     for j in 0..width {
-        let e = (x[start + j] - max).exp();
-        out[start + j] = e;
+        let e = (values[start + j] - max).exp();
+        values[start + j] = e;
         sum += e;
     }
     for j in 0..width {
-        out[start + j] = out[start + j] / sum;
+        values[start + j] = values[start + j] / sum;
     }
     max + sum.ln()
 }

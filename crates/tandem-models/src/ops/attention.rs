@@ -40,7 +40,7 @@ mod gpu {
     use crate::gpu::{AttentionSpec, AttentionTape, GpuKernels};
     use crate::kernels::dispatch::same_type;
     use crate::ops::concat::concat;
-    use crate::ops::gpu_path::{gpu_node, GpuBackward, GpuPath};
+    use crate::ops::gpu_path::{gpu_node, padding_on, GpuBackward, GpuPath};
     use crate::ops::linear::linear_rows;
 
     /// One attention for [`crate::ops::gpu_path::run`].
@@ -70,9 +70,7 @@ mod gpu {
             };
             let spec =
                 AttentionSpec { heads, min_float: self.mha.min_float as f32, dropout: draw.unwrap_or(Draw::none()) };
-            // A Bool tensor of `Autodiff<G>` is `G`'s.
-            let mask = Tensor::<G, 2, Bool>::from_primitive(same_type(self.mask_pad.clone().into_primitive()));
-            (spec, mask.float().into_primitive().tensor())
+            (spec, padding_on::<B, G>(self.mask_pad))
         }
     }
 

@@ -155,7 +155,7 @@ mod gpu {
 
     use crate::gpu::GpuKernels;
     use crate::kernels::dispatch::same_type;
-    use crate::ops::gpu_path::{gpu_node, GpuBackward, GpuPath};
+    use crate::ops::gpu_path::{gpu_node, padding_on, GpuBackward, GpuPath};
 
     /// One lookup for [`crate::ops::gpu_path::run`].
     pub(super) struct Lookup<B: Backend> {
@@ -166,11 +166,9 @@ mod gpu {
     }
 
     impl<B: Backend> Lookup<B> {
-        /// The ids and the padding mask as floats on `G` (both are `G`'s under `Autodiff<G>`).
+        /// The ids (`G`'s under `Autodiff<G>` too) and the padding mask as floats on `G`.
         fn ids_and_padding<G: Backend>(&self) -> (IntTensor<G>, FloatTensor<G>) {
-            let ids = same_type(self.ids.clone().into_primitive());
-            let mask = Tensor::<G, 2, Bool>::from_primitive(same_type(self.mask_pad.clone().into_primitive()));
-            (ids, mask.float().into_primitive().tensor())
+            (same_type(self.ids.clone().into_primitive()), padding_on::<B, G>(&self.mask_pad))
         }
     }
 

@@ -11,9 +11,10 @@ use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Bool, Tensor};
 
 use crate::gpu::GpuKernels;
-use crate::kernels::dispatch::record_node;
+use crate::kernels::dispatch::{record_node, same_type};
 
 /// An operation with a path for each GPU backend `G`: `plain` where `B` is `G`, `autodiff` where
 /// `B` is `Autodiff<G>` (each moves its tensors from `B` to `G` with
@@ -51,6 +52,13 @@ pub(crate) fn run<B: Backend, T: GpuPath<B>>(task: T) -> Result<T::Output, T> {
     }
     let _ = id;
     Err(task)
+}
+
+/// `mask_pad` (`true` at padding) as floats, 1 at padding, on `G`, where `B` is `G` or
+/// `Autodiff<G>` (whose Bool tensors are `G`'s).
+pub(crate) fn padding_on<B: Backend, G: Backend>(mask_pad: &Tensor<B, 2, Bool>) -> FloatTensor<G> {
+    let mask = Tensor::<G, 2, Bool>::from_primitive(same_type(mask_pad.clone().into_primitive()));
+    mask.float().into_primitive().tensor()
 }
 
 /// The backward pass of a GPU operation of `N` float inputs on `G`: the inputs' gradients from the
