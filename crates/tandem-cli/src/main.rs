@@ -216,7 +216,9 @@ fn dispatch(command: Command) -> Result<(), String> {
             let manifest = Manifest::load_with(&manifest, &sets.overrides).map_err(|e| e.to_string())?;
             manifest.shadowed_overrides().iter().for_each(|note| eprintln!("{note}"));
             let progress = std::io::stderr().is_terminal();
-            let options = RunOptions { backend, devices, out, progress, ranks: join_mpi_job()?, fresh };
+            let ranks = join_mpi_job()?;
+            let on_stuck_worker: Option<fn()> = Some(|| std::process::exit(1));
+            let options = RunOptions { backend, devices, out, progress, ranks, fresh, on_stuck_worker };
             // In a multi-process job every rank must call the same collectives: no second attempt.
             let offline = offline || options.job().is_some();
             let outcome = match run(&manifest, &options) {
@@ -349,7 +351,7 @@ fn dispatch(command: Command) -> Result<(), String> {
 /// This process's rank when an MPI launcher started it (builds with the `mpi` feature).
 #[cfg(feature = "mpi")]
 fn join_mpi_job() -> Result<Option<Arc<dyn Ranks>>, String> {
-    Ok(tandem_experiment::MpiRanks::join()?.map(|r| Arc::new(r) as Arc<dyn Ranks>))
+    Ok(tandem_experiment::MpiRanks::join().map_err(|e| e.to_string())?.map(|r| Arc::new(r) as Arc<dyn Ranks>))
 }
 
 #[cfg(not(feature = "mpi"))]

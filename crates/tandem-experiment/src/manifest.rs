@@ -286,7 +286,7 @@ impl Manifest {
         };
         raw.train
             .validate()
-            .map_err(|m| Problem::nested("train", &m))
+            .map_err(|e| Problem::invalid("train", &e))
             .and_then(|()| checks::check(&manifest, &strategy_path))
             .map_err(located)?;
         Ok(manifest)

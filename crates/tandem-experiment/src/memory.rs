@@ -88,7 +88,12 @@ pub fn gib(bytes: u128) -> String {
 /// Checks, before a CPU run (`cpu`) builds its model, that `copies` copies of it fit in the
 /// memory the system has available now, so that the run fails alone instead of aborting the
 /// process. GPU runs keep their parameters on the device: not checked here.
-pub fn check_fits_in_ram(cpu: bool, config: &ModelConfig, input: &InputSpec, copies: usize) -> Result<(), String> {
+pub(crate) fn check_fits_in_ram(
+    cpu: bool,
+    config: &ModelConfig,
+    input: &InputSpec,
+    copies: usize,
+) -> Result<(), String> {
     let Some(available) = available_bytes().filter(|_| cpu) else {
         return Ok(());
     };

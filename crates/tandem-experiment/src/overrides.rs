@@ -25,15 +25,21 @@ pub struct Override {
     pub text: String,
 }
 
-impl FromStr for Override {
-    type Err = String;
+/// A `--set` that is not `key.path=value`; the message says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadOverride(String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (key, value) =
-            s.split_once('=').ok_or_else(|| format!("`{s}`: expected key.path=value, e.g. train.epochs=3"))?;
+impl FromStr for Override {
+    type Err = BadOverride;
+
+    fn from_str(s: &str) -> Result<Self, BadOverride> {
+        let (key, value) = s
+            .split_once('=')
+            .ok_or_else(|| BadOverride(format!("`{s}`: expected key.path=value, e.g. train.epochs=3")))?;
         let path: Vec<String> = key.trim().split('.').map(|p| p.trim().to_string()).collect();
         if path.iter().any(String::is_empty) {
-            return Err(format!("`{s}`: empty key segment in `{key}`"));
+            return Err(BadOverride(format!("`{s}`: empty key segment in `{key}`")));
         }
         Ok(Self { path, value: parse_value(value.trim()), text: s.to_string() })
     }
@@ -55,7 +61,7 @@ fn parse_value(text: &str) -> Value {
 
 /// Applies `overrides`, in order, to the manifest text `text`; returns the new TOML text
 /// (comments are not kept) or an error naming the override that does not fit.
-pub fn apply_overrides(text: &str, overrides: &[Override]) -> Result<String, String> {
+pub(crate) fn apply_overrides(text: &str, overrides: &[Override]) -> Result<String, String> {
     if overrides.is_empty() {
         return Ok(text.to_string());
     }
@@ -134,7 +140,7 @@ mod tests {
         assert_eq!("a=true".parse::<Override>().unwrap().value, Value::Boolean(true));
         assert_eq!("a=ndarray".parse::<Override>().unwrap().value, Value::String("ndarray".into()));
         assert_eq!("a=\"x y\"".parse::<Override>().unwrap().value, Value::String("x y".into()));
-        assert!("train.epochs".parse::<Override>().unwrap_err().contains("key.path=value"));
+        assert!("train.epochs".parse::<Override>().unwrap_err().to_string().contains("key.path=value"));
         assert!("train..epochs=1".parse::<Override>().is_err());
     }
 

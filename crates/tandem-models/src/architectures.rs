@@ -20,6 +20,7 @@ pub use shared::InputSpec;
 pub use transformer::TransformerConfig;
 
 use crate::classifier::Classifier;
+use crate::Invalid;
 
 /// The four architectures Tandem compares.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -85,7 +86,7 @@ impl ModelConfig {
     }
 
     /// Checks the hyper-parameters against the input; the message names the offending field.
-    pub fn validate(&self, input: &InputSpec) -> Result<(), String> {
+    pub fn validate(&self, input: &InputSpec) -> Result<(), Invalid> {
         match self {
             Self::Cnn(c) => c.validate(input),
             Self::Lstm(c) | Self::Gru(c) => c.validate(),

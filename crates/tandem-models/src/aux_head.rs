@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::blocks::{Block, DenseBlock, HeadBlock};
 use crate::classifier::Classifier;
+use crate::Invalid;
 
 /// `aux_head = { kind = "linear" }` or `{ kind = "mlp", hidden = 64 }`: the auxiliary classifier
 /// on a stage's output.
@@ -28,10 +29,10 @@ pub enum AuxHeadConfig {
 
 impl AuxHeadConfig {
     /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         match *self {
             Self::Mlp { hidden } if !(1..=65_536).contains(&hidden) => {
-                Err(format!("`aux_head.hidden` must be in [1, 65536], got {hidden}"))
+                Err(Invalid::at("aux_head.hidden", format!("`aux_head.hidden` must be in [1, 65536], got {hidden}")))
             }
             _ => Ok(()),
         }

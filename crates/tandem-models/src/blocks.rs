@@ -25,6 +25,11 @@ pub enum Activation<B: Backend> {
     Features(Tensor<B, 2>),
 }
 
+/// Values that are not features: neither a sequence (3 dimensions) nor one vector per sample (2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("features of {0} dimensions")]
+pub struct NotFeatures(pub usize);
+
 impl<B: Backend> Activation<B> {
     /// Moves the activation to `device`.
     pub fn to_device(self, device: &B::Device) -> Self {
@@ -37,11 +42,11 @@ impl<B: Backend> Activation<B> {
 
     /// Features of `data`'s shape on `device`: a sequence (3 dimensions) or one vector per
     /// sample (2).
-    pub fn from_data(data: TensorData, device: &B::Device) -> Result<Self, String> {
+    pub fn from_data(data: TensorData, device: &B::Device) -> Result<Self, NotFeatures> {
         match data.shape.len() {
             3 => Ok(Self::Sequence(Tensor::from_data(data, device))),
             2 => Ok(Self::Features(Tensor::from_data(data, device))),
-            n => Err(format!("features of {n} dimensions")),
+            n => Err(NotFeatures(n)),
         }
     }
 

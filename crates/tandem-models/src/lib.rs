@@ -20,6 +20,7 @@ pub mod dropout;
 mod fast_path;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gpu;
+mod invalid;
 mod kernels;
 mod ops;
 mod optimizer;
@@ -29,9 +30,10 @@ pub use adamw::AdamWScalars;
 pub use architectures::*;
 pub use aux_head::AuxHeadConfig;
 pub use blocks::{
-    Activation, Block, ConvPoolBlock, DenseBlock, EmbeddingBlock, EncoderBlock, HeadBlock, RecurrentBlock,
+    Activation, Block, ConvPoolBlock, DenseBlock, EmbeddingBlock, EncoderBlock, HeadBlock, NotFeatures, RecurrentBlock,
 };
 pub use classifier::{Classifier, CutError};
 pub use fast_path::{on_cpu, FastPath};
+pub use invalid::{positive, Invalid};
 pub use ops::loss::cross_entropy;
 pub use optimizer::{adamw_kernel_on, adamw_step, adamw_steps, squared_sum, AdamWOutput, Floats};

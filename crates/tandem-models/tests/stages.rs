@@ -114,5 +114,5 @@ fn configs_read_from_toml_with_defaults_and_reject_unknown_fields() {
     let err = toml::from_str::<ModelConfig>("architecture = \"cnn\"\nfilter = 3\n").unwrap_err();
     assert!(err.to_string().contains("filter"), "{err}");
     let bad = ModelConfig::Transformer(TransformerConfig { d_model: 10, heads: 4, ..Default::default() });
-    assert!(bad.validate(&INPUT).unwrap_err().contains("heads"));
+    assert!(bad.validate(&INPUT).unwrap_err().to_string().contains("heads"));
 }

@@ -17,7 +17,9 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+use tandem_models::Invalid;
 use tandem_train::bytes::{Reader, Writer};
+use tandem_train::StateError;
 
 /// `compression = { activation_bits = 4, gradient_bits = 8, scheme = "delta" }` on a
 /// model-parallel run: how stage boundaries encode what they carry.
@@ -57,10 +59,11 @@ pub const BITS: [u8; 4] = [32, 8, 4, 2];
 
 impl CompressionConfig {
     /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         for (name, bits) in [("activation_bits", self.activation_bits), ("gradient_bits", self.gradient_bits)] {
             if !BITS.contains(&bits) {
-                return Err(format!("`compression.{name}` must be one of 32, 8, 4 or 2, got {bits}"));
+                let message = format!("`compression.{name}` must be one of 32, 8, 4 or 2, got {bits}");
+                return Err(Invalid::at(&format!("compression.{name}"), message));
             }
         }
         Ok(())
@@ -149,7 +152,13 @@ impl Codec {
 
     /// Decodes [`Codec::encode`]'s bytes of `samples` (rows of `cols` values) into the values the
     /// receiver trains on; `len` values are expected.
-    pub fn decode(&mut self, bytes: &[u8], len: usize, cols: usize, samples: &[usize]) -> Result<Vec<f32>, String> {
+    pub(crate) fn decode(
+        &mut self,
+        bytes: &[u8],
+        len: usize,
+        cols: usize,
+        samples: &[usize],
+    ) -> Result<Vec<f32>, String> {
         let expected = encoded_size(len / cols.max(1), cols, self.bits);
         if bytes.len() != expected || !len.is_multiple_of(cols.max(1)) {
             return Err(format!(
@@ -199,10 +208,10 @@ impl Codec {
     }
 
     /// Replaces the memory with [`Codec::memory_bytes`]'s.
-    pub fn restore_memory(&mut self, bytes: &[u8]) -> Result<(), String> {
+    pub fn restore_memory(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let mut input = Reader(bytes);
         let memory =
-            (0..input.count()?).map(|_| Ok((input.count()?, input.floats()?))).collect::<Result<_, String>>()?;
+            (0..input.count()?).map(|_| Ok((input.count()?, input.floats()?))).collect::<Result<_, StateError>>()?;
         input.end()?;
         self.memory = memory;
         Ok(())

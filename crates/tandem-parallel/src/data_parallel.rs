@@ -6,15 +6,17 @@ use std::time::{Duration, Instant};
 use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
-use tandem_models::Classifier;
+use tandem_models::{positive, Classifier, Invalid};
 use tandem_results::{DataParallelFigures, StrategyFigures};
 use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::AnyOptimizer;
-use tandem_train::{tested_gradients, EpochPlan, StateParts, Strategy, TrainConfig, TrainError, TrainStats};
+use tandem_train::{
+    tested_gradients, EpochPlan, StateError, StateParts, Strategy, TrainConfig, TrainError, TrainStats,
+};
 
 use crate::collective::{self, AllReduceKind, GroupLock};
 use crate::exchange::{touched_rows, CommStats, GradientExchange};
-use crate::kind::{Ingredients, StrategyKind};
+use crate::kind::{check_timeout, BuildError, Ingredients, StrategyKind};
 use crate::ranks::{check_same_parameters, cross_rank_timeout, CrossRank, Ranks};
 use crate::shard::shard_ranges;
 use crate::supervisor::{thread_pools, Failure, Gate, Reporter, Stopped, Supervisor};
@@ -67,17 +69,12 @@ impl StrategyKind for DataParallelConfig {
         format!("data-parallel-{}x-{}", self.replicas, self.all_reduce.name())
     }
 
-    fn validate(&self) -> Result<(), String> {
-        if self.replicas == 0 {
-            return Err("`replicas` must be at least 1".into());
-        }
+    fn validate(&self) -> Result<(), Invalid> {
+        positive("replicas", self.replicas)?;
         if !(self.bucket_mb > 0.0 && self.bucket_mb.is_finite()) {
-            return Err(format!("`bucket_mb` must be positive, got {}", self.bucket_mb));
+            return Err(Invalid::at("bucket_mb", format!("`bucket_mb` must be positive, got {}", self.bucket_mb)));
         }
-        if !(self.timeout_seconds > 0.0 && self.timeout_seconds <= 1e6) {
-            return Err(format!("`timeout_seconds` must be in (0, 1e6], got {}", self.timeout_seconds));
-        }
-        Ok(())
+        check_timeout(self.timeout_seconds)
     }
 
     fn devices(&self) -> usize {
@@ -92,7 +89,7 @@ impl StrategyKind for DataParallelConfig {
         Duration::from_secs_f64(self.timeout_seconds)
     }
 
-    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError> {
         let replicas = DataParallel::new(with.model, with.train, self, with.devices)?;
         Ok(Box::new(match with.ranks {
             Some(ranks) => replicas.across_ranks(ranks)?,
@@ -158,15 +155,15 @@ impl<B: AutodiffBackend> DataParallel<B> {
         train: &TrainConfig,
         config: &DataParallelConfig,
         devices: Vec<B::Device>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BuildError> {
         config.validate()?;
         if devices.len() != config.replicas {
-            return Err(format!(
+            return Err(BuildError::Mismatch(format!(
                 "{} replicas need {} devices, got {}",
                 config.replicas,
                 config.replicas,
                 devices.len()
-            ));
+            )));
         }
         let replicas = devices
             .into_iter()
@@ -205,7 +202,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
     /// theirs, and each local sum of gradients is summed over the ranks, so every replica of
     /// every rank applies the same averaged gradient. Checks that all ranks start from the same
     /// parameters.
-    pub fn across_ranks(mut self, ranks: &dyn Ranks) -> Result<Self, String> {
+    pub fn across_ranks(mut self, ranks: &dyn Ranks) -> Result<Self, BuildError> {
         check_same_parameters(ranks, &self.snapshot)?;
         let local = self.replicas.len();
         let timeout = cross_rank_timeout(Duration::from_secs_f64(self.config.timeout_seconds));
@@ -344,7 +341,7 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
             // Loss and samples of every rank's shards, not just this rank's (f32: sample counts
             // are exact up to 2^24 per epoch).
             let mut sums = [stats.loss_sum as f32, stats.samples as f32, stats.correct as f32];
-            totals.link.all_reduce_sum(&mut sums, totals.timeout).map_err(TrainError::Strategy)?;
+            totals.link.all_reduce_sum(&mut sums, totals.timeout).map_err(|e| TrainError::Strategy(e.to_string()))?;
             stats.loss_sum = f64::from(sums[0]);
             stats.samples = sums[1].round() as usize;
             (stats.tested, stats.correct) = (stats.samples, sums[2].round() as usize);
@@ -358,14 +355,14 @@ impl<B: AutodiffBackend> Strategy<B> for DataParallel<B> {
 
     /// Replica 0's parameters and optimizer state: every replica applies the same averaged
     /// gradients, so they all hold the same.
-    fn state(&self) -> Result<StateParts, String> {
+    fn state(&self) -> Result<StateParts, StateError> {
         let mut state = StateParts::default();
         state.put("model", model_bytes(&self.model())?);
         state.put("optimizer", self.replicas[0].optimizer.state()?.to_bytes());
         Ok(state)
     }
 
-    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+    fn restore(&mut self, state: &StateParts) -> Result<(), StateError> {
         let optimizer = StateParts::from_bytes(state.get("optimizer")?)?;
         for replica in &mut self.replicas {
             let model = replica.model.take().unwrap_or_else(|| self.snapshot.clone());

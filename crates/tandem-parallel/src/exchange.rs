@@ -232,7 +232,7 @@ fn reduce_across_ranks<B: burn::tensor::backend::Backend, const D: usize>(
         .into_vec::<f32>()
         .map_err(|e| format!("cannot read a gradient bucket: {e:?}"))?;
     let started = Instant::now();
-    cross.link.all_reduce_sum(&mut values, cross.timeout)?;
+    cross.link.all_reduce_sum(&mut values, cross.timeout).map_err(|e| e.to_string())?;
     stats.cross_rank_seconds += started.elapsed().as_secs_f64();
     stats.cross_rank_bytes += AllReduceKind::Ring.bytes_per_peer(4 * values.len() as u64, 0, cross.ranks);
     Ok(Tensor::from_data(TensorData::new(values, shape), &device))

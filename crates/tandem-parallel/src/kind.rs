@@ -6,10 +6,31 @@ use std::time::Duration;
 
 use burn::tensor::backend::AutodiffBackend;
 use tandem_data::Encoded;
-use tandem_models::Classifier;
+use tandem_models::{Classifier, Invalid};
 use tandem_train::{Strategy, TrainConfig};
 
-use crate::{ModelParallelConfig, Ranks};
+use crate::{ModelParallelConfig, RankError, Ranks};
+
+/// Why a strategy could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A setting the kind's checks refuse.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// What the strategy was given does not fit its settings (devices, step policies, a model
+    /// too short for its stages, a job's ranks).
+    #[error("{0}")]
+    Mismatch(String),
+    /// The job's ranks disagree, or did not answer.
+    #[error(transparent)]
+    Ranks(#[from] RankError),
+    /// The compute threads could not be started.
+    #[error("{0}")]
+    Threads(String),
+    /// Timing the model's blocks on the device (`balance = "time"`) failed.
+    #[error("{0}")]
+    Profile(String),
+}
 
 /// What a strategy is built from, besides its kind's settings.
 pub struct Ingredients<'a, B: AutodiffBackend> {
@@ -29,8 +50,8 @@ pub trait StrategyKind {
     fn name(&self) -> &'static str;
     /// Names the run folder: the kind plus what tells two entries of one kind apart.
     fn label(&self) -> String;
-    /// Checks values serde cannot; the message names the field.
-    fn validate(&self) -> Result<(), String>;
+    /// Checks values serde cannot; the error names the field.
+    fn validate(&self) -> Result<(), Invalid>;
     /// Devices the strategy computes on: one per replica or stage.
     fn devices(&self) -> usize {
         self.model_parallel().map_or(1, |(mp, _)| mp.stages)
@@ -60,7 +81,15 @@ pub trait StrategyKind {
         true
     }
     /// The strategy these settings describe, from `with`.
-    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String>
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError>
     where
         Self: Sized;
+}
+
+/// `timeout_seconds`, how long workers wait for each other: in (0, 1e6].
+pub(crate) fn check_timeout(seconds: f64) -> Result<(), Invalid> {
+    match seconds > 0.0 && seconds <= 1e6 {
+        true => Ok(()),
+        false => Err(Invalid::at("timeout_seconds", format!("`timeout_seconds` must be in (0, 1e6], got {seconds}"))),
+    }
 }

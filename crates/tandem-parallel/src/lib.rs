@@ -32,7 +32,7 @@ pub use collective::AllReduceKind;
 pub use compression::{CompressionConfig, Scheme};
 pub use data_parallel::{DataParallel, DataParallelConfig};
 pub use exchange::{CommStats, GradientExchange};
-pub use kind::{Ingredients, StrategyKind};
+pub use kind::{BuildError, Ingredients, StrategyKind};
 pub use link::{Interconnect, Preset};
 pub use model_parallel::{
     balanced_cuts, checkpoint_cuts, profile_blocks, wire_bytes, Balance, MicroBatch, ModelParallel,
@@ -40,7 +40,7 @@ pub use model_parallel::{
 };
 #[cfg(feature = "mpi")]
 pub use mpi_ranks::MpiRanks;
-pub use ranks::{cross_rank_timeout, fingerprint, launched_by_mpi, launched_job_size, RankLink, Ranks};
-pub use schedule::{theoretical_bubble, Action, Layout, Pass, PipelineSchedule, Schedule};
+pub use ranks::{cross_rank_timeout, fingerprint, launched_by_mpi, launched_job_size, RankError, RankLink, Ranks};
+pub use schedule::{theoretical_bubble, Action, Layout, LocalStep, OwnInput, Pass, PipelineSchedule, Schedule};
 pub use shard::shard_ranges;
 pub use supervisor::{on_stuck_worker, StuckHandler};

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tandem_models::Invalid;
 
 /// A named interconnect, with approximate per-direction figures.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
@@ -67,15 +68,18 @@ impl Interconnect {
     }
 
     /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         if let Self::Custom { latency_us, bandwidth_gb_s } = *self {
             if !(0.0..=1e9).contains(&latency_us) {
-                return Err(format!("`interconnect.latency_us` must be between 0 and 1e9 (1,000 s), got {latency_us}"));
+                let message =
+                    format!("`interconnect.latency_us` must be between 0 and 1e9 (1,000 s), got {latency_us}");
+                return Err(Invalid::at("interconnect.latency_us", message));
             }
             if !(1e-6..=1e6).contains(&bandwidth_gb_s) {
-                return Err(format!(
+                let message = format!(
                     "`interconnect.bandwidth_gb_s` must be between 1e-6 (1 kB/s) and 1e6, got {bandwidth_gb_s}"
-                ));
+                );
+                return Err(Invalid::at("interconnect.bandwidth_gb_s", message));
             }
         }
         Ok(())
@@ -146,7 +150,7 @@ impl<T> LinkSender<T> {
     /// Sends `value`, counted as `bytes`. Never blocks: on a simulated interconnect the message
     /// occupies the wire for `bytes / bandwidth` after the previous one and arrives `latency`
     /// later, which the receiver waits for.
-    pub fn send(&mut self, value: T, bytes: usize) -> Result<(), String> {
+    pub fn send(&mut self, value: T, bytes: usize) -> Result<(), ReceiverGone> {
         let now = Instant::now();
         let arrives = match self.interconnect {
             None => now,
@@ -160,7 +164,7 @@ impl<T> LinkSender<T> {
             traffic.messages += 1;
             traffic.bytes += bytes as u64;
         }
-        self.channel.send(Envelope { value, arrives }).map_err(|_| "the receiving stage has stopped".to_string())
+        self.channel.send(Envelope { value, arrives }).map_err(|_| ReceiverGone)
     }
 
     /// What has been sent so far.
@@ -168,6 +172,11 @@ impl<T> LinkSender<T> {
         *self.traffic.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// Why a send failed: the receiving end is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the receiving stage has stopped")]
+pub struct ReceiverGone;
 
 /// How often a waiting receiver checks whether the run was stopped.
 const POLL: Duration = Duration::from_millis(20);

@@ -16,7 +16,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Threading;
 
-use crate::ranks::{launched_by_mpi, RankLink, Ranks};
+use crate::ranks::{launched_by_mpi, RankError, RankLink, Ranks};
 
 /// How long the job's set-up collectives (checks, run names) wait for every rank.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
@@ -41,16 +41,16 @@ pub struct MpiRanks {
 
 impl MpiRanks {
     /// Joins the MPI job this process was launched in; `None` when no MPI launcher started it.
-    pub fn join() -> Result<Option<Self>, String> {
+    pub fn join() -> Result<Option<Self>, RankError> {
         if !launched_by_mpi() {
             return Ok(None);
         }
-        let (universe, threading) =
-            mpi::initialize_with_threading(Threading::Multiple).ok_or("MPI was already initialized in this process")?;
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or_else(|| RankError::Mpi("MPI was already initialized in this process".into()))?;
         if threading != Threading::Multiple {
-            return Err(format!(
+            return Err(RankError::Mpi(format!(
                 "the MPI library offers thread level {threading:?}; Tandem's replicas call MPI from several threads and need MPI_THREAD_MULTIPLE"
-            ));
+            )));
         }
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
@@ -62,7 +62,7 @@ impl MpiRanks {
 impl MpiRanks {
     /// Rank 0's `text` on every rank, waiting at most `timeout` (`what`: what the wait is for,
     /// in the error of a wait in vain).
-    fn broadcast(&self, text: &str, timeout: Duration, what: &str) -> Result<Vec<u8>, String> {
+    fn broadcast(&self, text: &str, timeout: Duration, what: &str) -> Result<Vec<u8>, RankError> {
         let root = self.world.0.process_at_rank(0);
         let len = RequestBuffer::new(vec![text.len() as u64]);
         // SAFETY (both): each buffer is read only after its request completed.
@@ -79,9 +79,9 @@ impl MpiRanks {
 
     /// A set-up wait that failed means a rank is gone before anything was computed: end the job
     /// (returning would lead into `MPI_Finalize`, which waits for every rank).
-    fn set_up(&self, waited: Result<(), String>) {
+    fn set_up(&self, waited: Result<(), RankError>) {
         if let Err(e) = waited {
-            self.abort(&e)
+            self.abort(&e.to_string())
         }
     }
 }
@@ -99,7 +99,7 @@ impl Ranks for MpiRanks {
         self.host.clone()
     }
 
-    fn check_same(&self, what: &str, value: u64) -> Result<(), String> {
+    fn check_same(&self, what: &str, value: u64) -> Result<(), RankError> {
         let (send, all) = (RequestBuffer::new(vec![value]), RequestBuffer::new(vec![0u64; self.size]));
         // SAFETY: the buffers are read only after the request completed.
         let request = unsafe { self.world.0.immediate_all_gather_into(StaticScope, send.lend(), all.lend()) };
@@ -108,23 +108,21 @@ impl Ranks for MpiRanks {
         let differing: Vec<usize> = (1..self.size).filter(|&r| all[r] != all[0]).collect();
         match differing.is_empty() {
             true => Ok(()),
-            false => Err(format!(
-                "rank(s) {differing:?} have a different {what} from rank 0's (every rank must have the same)"
-            )),
+            false => Err(RankError::Differ { what: what.to_string(), ranks: differing }),
         }
     }
 
-    fn broadcast_text(&self, text: &str) -> Result<String, String> {
+    fn broadcast_text(&self, text: &str) -> Result<String, RankError> {
         let what = "receiving a setting from rank 0 (a run name, cut points)";
-        let sent = self.broadcast(text, SETUP_TIMEOUT, what).unwrap_or_else(|e| self.abort(&e));
+        let sent = self.broadcast(text, SETUP_TIMEOUT, what).unwrap_or_else(|e| self.abort(&e.to_string()));
         utf8(sent)
     }
 
-    fn broadcast_text_within(&self, text: &str, timeout: Duration) -> Result<String, String> {
+    fn broadcast_text_within(&self, text: &str, timeout: Duration) -> Result<String, RankError> {
         utf8(self.broadcast(text, timeout, "receiving rank 0's word at the end of an epoch or evaluation point")?)
     }
 
-    fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, String> {
+    fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, RankError> {
         // MPI_Comm_dup is collective: every rank duplicates in the same order.
         Ok((0..count).map(|_| Box::new(MpiLink(Comm(self.world.0.duplicate()))) as Box<dyn RankLink>).collect())
     }
@@ -136,8 +134,8 @@ impl Ranks for MpiRanks {
 }
 
 /// Text rank 0 sent.
-fn utf8(bytes: Vec<u8>) -> Result<String, String> {
-    String::from_utf8(bytes).map_err(|e| format!("rank 0 sent text that is not UTF-8: {e}"))
+fn utf8(bytes: Vec<u8>) -> Result<String, RankError> {
+    String::from_utf8(bytes).map_err(|e| RankError::Mpi(format!("rank 0 sent text that is not UTF-8: {e}")))
 }
 
 /// A communicator of its own joining one thread of every rank: the same local replica of
@@ -151,7 +149,7 @@ impl MpiLink {
         timeout: Duration,
         what: &str,
         stop: &AtomicBool,
-    ) -> Result<(), String> {
+    ) -> Result<(), RankError> {
         let (send, sum) = (RequestBuffer::new(values.to_vec()), RequestBuffer::new(vec![T::default(); values.len()]));
         // SAFETY: the buffers are read only after the request completed.
         let request = unsafe {
@@ -165,15 +163,20 @@ impl MpiLink {
 }
 
 impl RankLink for MpiLink {
-    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String> {
+    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), RankError> {
         self.all_reduce(values, timeout, "in a gradient all-reduce across ranks", &NEVER)
     }
 
-    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration, stop: &AtomicBool) -> Result<(), String> {
+    fn all_reduce_sum_f64(
+        &mut self,
+        values: &mut [f64],
+        timeout: Duration,
+        stop: &AtomicBool,
+    ) -> Result<(), RankError> {
         self.all_reduce(values, timeout, "in a sum across ranks", stop)
     }
 
-    fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), String> {
+    fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), RankError> {
         let buffer = RequestBuffer::new(bytes);
         // SAFETY: the buffer is given back only after the request completed.
         let request = self.0 .0.process_at_rank(to as i32).immediate_send(StaticScope, unsafe { &*buffer.lend() });
@@ -182,7 +185,7 @@ impl RankLink for MpiLink {
         Ok(())
     }
 
-    fn try_receive(&mut self, from: usize, timeout: Duration, stop: &AtomicBool) -> Result<Option<Vec<u8>>, String> {
+    fn try_receive(&mut self, from: usize, timeout: Duration, stop: &AtomicBool) -> Result<Option<Vec<u8>>, RankError> {
         // A matched probe takes the message off the queue for this receive alone. Its contents
         // may still be on their way (a large message moves only while the sender takes part),
         // so the receive is non-blocking and bounded like every other wait.
@@ -231,7 +234,7 @@ fn wait_within<D: ?Sized>(
     timeout: Duration,
     what: &str,
     stop: &AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), RankError> {
     let started = Instant::now();
     loop {
         match request.test() {
@@ -242,11 +245,8 @@ fn wait_within<D: ?Sized>(
         if waited > timeout || stop.load(Ordering::SeqCst) {
             std::mem::forget(request);
             return match waited > timeout {
-                true => Err(format!(
-                    "no answer from the other ranks for {} s while {what}; a rank is stuck or gone",
-                    timeout.as_secs_f64()
-                )),
-                false => Err(format!("stopped while {what}")),
+                true => Err(RankError::Timeout { what: what.to_string(), seconds: timeout.as_secs_f64() }),
+                false => Err(RankError::Stopped(what.to_string())),
             };
         }
         // Spin briefly (all-reduces are usually quick), then let the other threads compute.

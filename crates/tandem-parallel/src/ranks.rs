@@ -9,6 +9,23 @@ use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+/// Why a job-wide operation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RankError {
+    /// `ranks` hold another `what` than rank 0, where every rank must hold the same.
+    #[error("rank(s) {ranks:?} have a different {what} from rank 0's (every rank must have the same)")]
+    Differ { what: String, ranks: Vec<usize> },
+    /// No rank answered within `seconds` while doing `what`.
+    #[error("no answer from the other ranks for {seconds} s while {what}; a rank is stuck or gone")]
+    Timeout { what: String, seconds: f64 },
+    /// The run stopped (a worker failed) while this wait for `what` was on.
+    #[error("stopped while {0}")]
+    Stopped(String),
+    /// The MPI library cannot serve the job, or a rank sent what cannot be read.
+    #[error("{0}")]
+    Mpi(String),
+}
+
 /// This process's place in a multi-process job, and the job-wide operations Tandem needs.
 pub trait Ranks: Send + Sync {
     /// This process's rank, `0..size()`.
@@ -20,16 +37,16 @@ pub trait Ranks: Send + Sync {
     /// Collective (call from one thread): fails on every rank when ranks disagree on `value`,
     /// naming the ranks whose `what` differs from rank 0's. A rank that does not take part in
     /// time ends the job (nothing has been computed yet).
-    fn check_same(&self, what: &str, value: u64) -> Result<(), String>;
+    fn check_same(&self, what: &str, value: u64) -> Result<(), RankError>;
     /// Collective (call from one thread): rank 0's `text`, on every rank. A rank that does not
     /// take part in time ends the job (a set-up step: nothing has been computed yet).
-    fn broadcast_text(&self, text: &str) -> Result<String, String>;
+    fn broadcast_text(&self, text: &str) -> Result<String, RankError>;
     /// Collective (call from one thread) during a run: rank 0's `text`, on every rank, or an
     /// error after waiting `timeout` for a rank (so that the run can record what it has).
-    fn broadcast_text_within(&self, text: &str, timeout: Duration) -> Result<String, String>;
+    fn broadcast_text_within(&self, text: &str, timeout: Duration) -> Result<String, RankError>;
     /// Collective (call from one thread): `count` links, each joining the same link of every
     /// rank (every rank asks for the same number, e.g. one per local replica).
-    fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, String>;
+    fn links(&self, count: usize) -> Result<Vec<Box<dyn RankLink>>, RankError>;
     /// Ends every rank of the job, after printing `message`: for failures that would leave the
     /// other ranks waiting in a collective.
     fn abort(&self, message: &str) -> !;
@@ -49,16 +66,17 @@ impl fmt::Debug for dyn Ranks {
 pub trait RankLink: Send {
     /// Sums `values` element-wise over all ranks, in place. Fails when a rank has not joined
     /// within `timeout`.
-    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), String>;
+    fn all_reduce_sum(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), RankError>;
     /// [`all_reduce_sum`](Self::all_reduce_sum) in `f64`, for figures that must stay exact
     /// (byte counts, loss sums, squared gradient norms); fails early when `stop` is raised.
-    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration, stop: &AtomicBool) -> Result<(), String>;
+    fn all_reduce_sum_f64(&mut self, values: &mut [f64], timeout: Duration, stop: &AtomicBool)
+        -> Result<(), RankError>;
     /// Sends `bytes` to rank `to` and waits until the link has taken them (messages to one rank
     /// arrive in the order sent). Fails past `timeout`, or early when `stop` is raised.
-    fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), String>;
+    fn send(&mut self, to: usize, bytes: Vec<u8>, timeout: Duration, stop: &AtomicBool) -> Result<(), RankError>;
     /// The next message from rank `from`, if one has begun to arrive (it does not wait for one
     /// to come); receiving it fails past `timeout`, or early when `stop` is raised.
-    fn try_receive(&mut self, from: usize, timeout: Duration, stop: &AtomicBool) -> Result<Option<Vec<u8>>, String>;
+    fn try_receive(&mut self, from: usize, timeout: Duration, stop: &AtomicBool) -> Result<Option<Vec<u8>>, RankError>;
 }
 
 /// How long a wait on another rank lasts: a little less than `timeout`, the strategy's
@@ -72,7 +90,7 @@ pub fn cross_rank_timeout(timeout: Duration) -> Duration {
 pub(crate) fn check_same_parameters<B: burn::tensor::backend::Backend>(
     ranks: &dyn Ranks,
     model: &tandem_models::Classifier<B>,
-) -> Result<(), String> {
+) -> Result<(), RankError> {
     let bits: Vec<u8> = model.parameter_values().iter().flat_map(|v| v.to_le_bytes()).collect();
     ranks.check_same("initial parameters", fingerprint(&bits))
 }

@@ -10,6 +10,8 @@ use std::sync::Mutex;
 use std::thread::Scope;
 use std::time::Duration;
 
+use crate::kind::BuildError;
+
 /// The message of a caught panic.
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -21,37 +23,41 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// One rayon pool of `threads` compute threads per worker, named `tandem-<kind><n>-<i>`
 /// (on a CPU backend, a worker's pool is its device).
-pub fn thread_pools(workers: usize, threads: usize, kind: &'static str) -> Result<Vec<rayon::ThreadPool>, String> {
+pub(crate) fn thread_pools(
+    workers: usize,
+    threads: usize,
+    kind: &'static str,
+) -> Result<Vec<rayon::ThreadPool>, BuildError> {
     (0..workers)
         .map(|n| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .thread_name(move |i| format!("tandem-{kind}{n}-{i}"))
                 .build()
-                .map_err(|e| format!("cannot start the threads of {kind} {n}: {e}"))
+                .map_err(|e| BuildError::Threads(format!("cannot start the threads of {kind} {n}: {e}")))
         })
         .collect()
 }
 
-/// Records a run's failure when a worker never returns (see [`on_stuck_worker`]).
+/// What becomes of a run when a worker never returns (see [`on_stuck_worker`]).
 pub type StuckHandler = Box<dyn Fn(&str) + Send>;
 
 static STUCK: Mutex<Option<StuckHandler>> = Mutex::new(None);
 
 /// Sets what happens when a worker still does not return one watchdog period after its run
-/// was stopped: `handler` gets the message naming the stuck workers (to write the run's
-/// error), then the process exits with status 1 instead of waiting for the thread forever.
-/// `None`: wait for it.
+/// was stopped: `handler` gets the message naming the stuck workers, to record the run's
+/// failure and, if its caller chose so, end the process (a thread cannot be killed, and the
+/// epoch's scope waits for it: this crate never exits the process itself). When the handler
+/// returns, or without one (`None`), the supervisor waits for the worker.
 pub fn on_stuck_worker(handler: Option<StuckHandler>) {
     *STUCK.lock().unwrap_or_else(|e| e.into_inner()) = handler;
 }
 
-/// Hands `message` to the stuck-worker handler and ends the process; returns without one.
+/// Hands `message` to the stuck-worker handler, if any.
 fn abandon(message: &str) {
     let handler = STUCK.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(handler) = handler {
         handler(message);
-        std::process::exit(1);
     }
 }
 
@@ -312,7 +318,7 @@ mod tests {
         let tx = Mutex::new(tx);
         on_stuck_worker(Some(Box::new(move |message: &str| {
             tx.lock().unwrap().send(message.to_string()).unwrap();
-            // Stands in for the process exit: this thread never comes back.
+            // Stands in for the binary's process exit: this thread never comes back.
             loop {
                 std::thread::park();
             }

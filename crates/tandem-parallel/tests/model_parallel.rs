@@ -171,6 +171,7 @@ fn automatic_balance_picks_legal_cuts_and_bad_settings_are_refused() {
         let devices = vec![Default::default(); config.stages];
         ModelParallel::<B>::new(initial_model(transformer, vocab_size), &train, &config, devices, &data)
             .err()
+            .map(|e| e.to_string())
             .unwrap_or_default()
     };
     assert!(build(ModelParallelConfig { stages: 3, cuts: Some(vec![1]), ..Default::default() }).contains("`cuts`"));
@@ -288,10 +289,10 @@ impl tandem_parallel::StepPolicy<B> for Stalls {
     fn control_bytes(&self) -> u64 {
         0
     }
-    fn state(&self) -> Result<Vec<u8>, String> {
+    fn state(&self) -> Result<Vec<u8>, tandem_train::StateError> {
         Ok(Vec::new())
     }
-    fn restore(&mut self, _: &[u8], _: &burn::backend::ndarray::NdArrayDevice) -> Result<(), String> {
+    fn restore(&mut self, _: &[u8], _: &burn::backend::ndarray::NdArrayDevice) -> Result<(), tandem_train::StateError> {
         Ok(())
     }
     fn take_epoch_figures(&mut self) -> tandem_results::SyncFigures {

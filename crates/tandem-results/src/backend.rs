@@ -53,13 +53,15 @@ impl fmt::Display for BackendKind {
     }
 }
 
-impl FromStr for BackendKind {
-    type Err = String;
+/// A backend name that is none of [`BackendKind::ALL`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend `{0}` (expected one of: flex, ndarray, wgpu, cuda)")]
+pub struct UnknownBackend(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| format!("unknown backend `{s}` (expected one of: flex, ndarray, wgpu, cuda)"))
+impl FromStr for BackendKind {
+    type Err = UnknownBackend;
+
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
+        Self::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| UnknownBackend(s.to_string()))
     }
 }

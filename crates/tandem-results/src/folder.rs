@@ -156,7 +156,10 @@ pub fn read_run(dir: &Path) -> Run {
     if !path.is_file() {
         return run;
     }
-    match std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| parse_summary(&t)) {
+    match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| parse_summary(&t).map_err(|e| e.to_string()))
+    {
         Ok(summary) => {
             run.state = match (&summary.status, &summary.error) {
                 (RunStatus::Finished, _) => RunState::Finished,
@@ -202,18 +205,26 @@ struct Format {
     extra: Option<serde::de::IgnoredAny>,
 }
 
+/// Why a `summary.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("results format {0} is newer than this build reads ({FORMAT_VERSION})")]
+    Newer(u32),
+    #[error("unknown results format {0}")]
+    Unknown(u32),
+}
+
 /// `summary.json`'s text, in any format this build reads.
-pub fn parse_summary(text: &str) -> Result<RunSummary, String> {
-    let format = serde_json::from_str::<Format>(text).map_err(|e| e.to_string())?;
-    match format.format_version.unwrap_or(legacy::FORMAT) {
-        legacy::FORMAT => legacy::parse(text),
-        FORMAT_VERSION => serde_json::from_str(text),
-        newer if newer > FORMAT_VERSION => {
-            return Err(format!("results format {newer} is newer than this build reads ({FORMAT_VERSION})"))
-        }
-        unknown => return Err(format!("unknown results format {unknown}")),
-    }
-    .map_err(|e| e.to_string())
+pub fn parse_summary(text: &str) -> Result<RunSummary, SummaryError> {
+    let format = serde_json::from_str::<Format>(text)?;
+    Ok(match format.format_version.unwrap_or(legacy::FORMAT) {
+        legacy::FORMAT => legacy::parse(text)?,
+        FORMAT_VERSION => serde_json::from_str(text)?,
+        newer if newer > FORMAT_VERSION => return Err(SummaryError::Newer(newer)),
+        unknown => return Err(SummaryError::Unknown(unknown)),
+    })
 }
 
 /// One line of `epochs.jsonl`, in any format this build reads.

@@ -9,13 +9,14 @@
 
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
-use tandem_parallel::{Peers, Stage, StepError, StepInput, StepPlan, StepPolicy};
+use tandem_parallel::{LocalStep, Peers, Stage, StepError, StepInput, StepPlan, StepPolicy};
 use tandem_results::{Protocol, SyncFigures};
 
 use crate::policy::{record_sync, vote, EpochCounts, Forecasts};
 use crate::predictor::PredictorConfig;
 use crate::trigger::{Evidence, Trigger, TriggerConfig};
 use tandem_train::bytes::{Reader, Writer};
+use tandem_train::StateError;
 
 /// `later_stages`: what the stages after the first do on steps that transfer nothing.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -148,7 +149,7 @@ impl<B: AutodiffBackend> StepPolicy<B> for LocalPolicy<B> {
         }
         let later_trains = self.ids.iter().any(|&id| id > 0) && (transfer || replay);
         Ok(match first || transfer || later_trains {
-            true => StepPlan::Local { first, transfer, replay },
+            true => StepPlan::Local(LocalStep { first, transfer, replay }),
             false => StepPlan::Skip,
         })
     }
@@ -181,7 +182,7 @@ impl<B: AutodiffBackend> StepPolicy<B> for LocalPolicy<B> {
         self.epoch.control_bytes
     }
 
-    fn state(&self) -> Result<Vec<u8>, String> {
+    fn state(&self) -> Result<Vec<u8>, StateError> {
         let mut out = Writer::default();
         out.count(self.forecasts.is_some() as usize);
         if let Some(forecasts) = &self.forecasts {
@@ -191,12 +192,12 @@ impl<B: AutodiffBackend> StepPolicy<B> for LocalPolicy<B> {
         Ok(out.0)
     }
 
-    fn restore(&mut self, state: &[u8], device: &B::Device) -> Result<(), String> {
+    fn restore(&mut self, state: &[u8], device: &B::Device) -> Result<(), StateError> {
         let mut input = Reader(state);
         if input.count()? == 1 {
             self.forecasts
                 .as_mut()
-                .ok_or("the checkpoint has forecasts this run does not make")?
+                .ok_or_else(|| StateError::Mismatch("the checkpoint has forecasts this run does not make".into()))?
                 .read_state(&mut input, device)?;
         }
         self.trigger = input.json()?;

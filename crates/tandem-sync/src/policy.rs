@@ -16,6 +16,7 @@ use tandem_results::{Protocol, SyncFigures};
 use crate::predictor::{Forecaster, PredictorConfig};
 use crate::trigger::{Evidence, Trigger, TriggerConfig};
 use tandem_train::bytes::{Reader, Writer};
+use tandem_train::StateError;
 
 /// Bytes of one control message (an alert, or a shared loss): one f64.
 pub(crate) const CONTROL_BYTES: u64 = 8;
@@ -146,7 +147,7 @@ impl<B: AutodiffBackend> Forecasts<B> {
         self.forecasters.iter().for_each(|f| f.write_state(out));
     }
 
-    pub fn read_state(&mut self, input: &mut Reader, device: &B::Device) -> Result<(), String> {
+    pub fn read_state(&mut self, input: &mut Reader, device: &B::Device) -> Result<(), StateError> {
         self.forecasters = (0..input.count()?)
             .map(|_| {
                 let mut f = Forecaster::new(&self.predictor);
@@ -228,7 +229,7 @@ pub(crate) fn record_sync(
 }
 
 impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
-    fn state(&self) -> Result<Vec<u8>, String> {
+    fn state(&self) -> Result<Vec<u8>, StateError> {
         let mut out = Writer::default();
         self.forecasts.write_state(&mut out);
         out.count(self.at_sync.len());
@@ -243,7 +244,7 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
         Ok(out.0)
     }
 
-    fn restore(&mut self, state: &[u8], device: &B::Device) -> Result<(), String> {
+    fn restore(&mut self, state: &[u8], device: &B::Device) -> Result<(), StateError> {
         let mut input = Reader(state);
         self.forecasts.read_state(&mut input, device)?;
         self.at_sync = (0..input.count()?).map(|_| input.tensor(device)).collect::<Result<_, _>>()?;

@@ -14,7 +14,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use serde::{Deserialize, Serialize};
 
+use tandem_models::Invalid;
 use tandem_train::bytes::{Reader, Writer};
+use tandem_train::StateError;
 
 /// `[strategy.predictor]`: which forecast predicted steps apply.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -135,13 +137,14 @@ impl PredictorConfig {
     }
 
     /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         let unit = |name: &str, v: f64, closed_low: bool| {
             let ok = if closed_low { (0.0..=1.0).contains(&v) } else { v > 0.0 && v <= 1.0 };
             if ok {
                 Ok(())
             } else {
-                Err(format!("predictor `{name}` must be in {}, 1], got {v}", if closed_low { "[0" } else { "(0" }))
+                let low = if closed_low { "[0" } else { "(0" };
+                Err(Invalid::at(name, format!("predictor `{name}` must be in {low}, 1], got {v}")))
             }
         };
         match *self {
@@ -152,13 +155,13 @@ impl PredictorConfig {
                 unit("alpha", alpha, false).and(unit("beta", beta, true)).and(unit("phi", phi, true))
             }
             Self::LeastSquares { window } if !(2..=64).contains(&window) => {
-                Err(format!("predictor `window` must be in [2, 64], got {window}"))
+                Err(Invalid::at("window", format!("predictor `window` must be in [2, 64], got {window}")))
             }
             Self::LeastSquares { .. } => Ok(()),
             Self::Kalman { level_noise, trend_noise } => {
                 for (name, v) in [("level_noise", level_noise), ("trend_noise", trend_noise)] {
                     if !(v > 0.0 && v <= 1e6) {
-                        return Err(format!("predictor `{name}` must be in (0, 1e6], got {v}"));
+                        return Err(Invalid::at(name, format!("predictor `{name}` must be in (0, 1e6], got {v}")));
                     }
                 }
                 Ok(())
@@ -313,11 +316,11 @@ impl<B: Backend> Forecaster<B> {
     }
 
     /// Continues from [`Forecaster::write_state`], on `device`.
-    pub(crate) fn read_state(&mut self, input: &mut Reader, device: &B::Device) -> Result<(), String> {
+    pub(crate) fn read_state(&mut self, input: &mut Reader, device: &B::Device) -> Result<(), StateError> {
         let tag = input.count()?;
         let tensors = (0..input.count()?).map(|_| input.tensor::<B, 1>(device)).collect::<Result<Vec<_>, _>>()?;
         let scalars = input.scalars()?;
-        let damaged = || "a predictor's state in the checkpoint is damaged".to_string();
+        let damaged = || StateError::Damaged("a predictor's state in the checkpoint is damaged".to_string());
         let mut tensors = tensors.into_iter();
         self.state = match (tag, scalars.as_slice()) {
             (0, _) => State::Empty,

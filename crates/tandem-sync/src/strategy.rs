@@ -5,8 +5,8 @@
 
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
-use tandem_models::AuxHeadConfig;
-use tandem_parallel::{Ingredients, ModelParallel, ModelParallelConfig, StepPolicy, StrategyKind};
+use tandem_models::{AuxHeadConfig, Invalid};
+use tandem_parallel::{BuildError, Ingredients, ModelParallel, ModelParallelConfig, StepPolicy, StrategyKind};
 use tandem_train::Strategy;
 
 use crate::local::{Cadence, LaterStages, LocalPolicy};
@@ -35,17 +35,17 @@ impl StrategyKind for PredictiveSyncConfig {
         "predictive-sync"
     }
 
-    fn validate(&self) -> Result<(), String> {
-        self.model_parallel.validate().map_err(|e| format!("model_parallel: {e}"))?;
-        self.predictor.validate().map_err(|e| format!("predictor: {e}"))?;
-        self.trigger.validate().map_err(|e| format!("trigger: {e}"))?;
+    fn validate(&self) -> Result<(), Invalid> {
+        self.model_parallel.validate().map_err(|e| e.under("model_parallel"))?;
+        self.predictor.validate().map_err(|e| e.under("predictor"))?;
+        self.trigger.validate().map_err(|e| e.under("trigger"))?;
         if self.trigger.needs_local_loss() {
-            return Err(
-                "trigger: `local-loss` reads the stages' own losses, which only `kind = \"local-learning\"` has".into(),
-            );
+            let message = "`local-loss` reads the stages' own losses, which only `kind = \"local-learning\"` has";
+            return Err(Invalid::rule(message).under("trigger"));
         }
         if self.replay_batches > MAX_REPLAY_BATCHES {
-            return Err(format!("`replay_batches` must be at most {MAX_REPLAY_BATCHES}, got {}", self.replay_batches));
+            let message = format!("`replay_batches` must be at most {MAX_REPLAY_BATCHES}, got {}", self.replay_batches);
+            return Err(Invalid::at("replay_batches", message));
         }
         Ok(())
     }
@@ -67,7 +67,7 @@ impl StrategyKind for PredictiveSyncConfig {
     }
 
     /// `with.model` cut into stages on `with.devices`, each device with its own policy.
-    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError> {
         self.validate()?;
         let stages = self.model_parallel.stages;
         let policies = (0..stages)
@@ -129,51 +129,40 @@ impl StrategyKind for LocalLearningConfig {
         "local-learning"
     }
 
-    fn validate(&self) -> Result<(), String> {
-        self.model_parallel.validate().map_err(|e| format!("model_parallel: {e}"))?;
+    fn validate(&self) -> Result<(), Invalid> {
+        self.model_parallel.validate().map_err(|e| e.under("model_parallel"))?;
         if self.model_parallel.pieces() < 2 {
-            return Err("local learning needs at least 2 stages (`model_parallel.stages`)".into());
+            let message = "local learning needs at least 2 stages (`model_parallel.stages`)";
+            return Err(Invalid::at("model_parallel.stages", message));
         }
-        self.trigger.validate().map_err(|e| format!("trigger: {e}"))?;
+        self.trigger.validate().map_err(|e| e.under("trigger"))?;
         let predicts = matches!(self.later_stages, LaterStages::Predict { .. });
         match &self.trigger {
             TriggerConfig::SafeZone { .. } => {
-                return Err("trigger: `safe-zone` reads predictive sync's drift, which local learning does not have: use \
-                            `local-loss`, `periodic`, `budget` or `adaptive`"
-                    .into())
+                let message = "`safe-zone` reads predictive sync's drift, which local learning does not have: use \
+                               `local-loss`, `periodic`, `budget` or `adaptive`";
+                return Err(Invalid::rule(message).under("trigger"));
             }
             TriggerConfig::Adaptive { .. } if !predicts => {
-                return Err("trigger: `adaptive` reads the forecast error of later stages that predict \
-                            (`later_stages = { kind = \"predict\", … }`); with replay use `local-loss`, `periodic` or `budget`"
-                    .into())
+                let message = "`adaptive` reads the forecast error of later stages that predict \
+                               (`later_stages = { kind = \"predict\", … }`); with replay use `local-loss`, `periodic` or \
+                               `budget`";
+                return Err(Invalid::rule(message).under("trigger"));
             }
             _ => {}
         }
         self.aux_head.validate()?;
-        if !(0.0..=100.0).contains(&self.aux_weight) {
-            return Err(format!("`aux_weight` must be in [0, 100], got {}", self.aux_weight));
-        }
-        if !(1..=100_000).contains(&self.local_every) {
-            return Err(format!("`local_every` must be in [1, 100000], got {}", self.local_every));
-        }
-        if self.transfer_every > 100_000 {
-            return Err(format!("`transfer_every` must be in [0, 100000], got {}", self.transfer_every));
-        }
+        within("aux_weight", (0.0..=100.0).contains(&self.aux_weight), "[0, 100]", self.aux_weight)?;
+        within("local_every", (1..=100_000).contains(&self.local_every), "[1, 100000]", self.local_every)?;
+        within("transfer_every", self.transfer_every <= 100_000, "[0, 100000]", self.transfer_every)?;
         match &self.later_stages {
             LaterStages::Replay { buffer_batches, every } => {
-                if !(1..=MAX_REPLAY_BATCHES).contains(buffer_batches) {
-                    return Err(format!(
-                        "`later_stages.buffer_batches` must be in [1, {MAX_REPLAY_BATCHES}], got {buffer_batches}"
-                    ));
-                }
-                if !(1..=100_000).contains(every) {
-                    return Err(format!("`later_stages.every` must be in [1, 100000], got {every}"));
-                }
-                Ok(())
+                let ok = (1..=MAX_REPLAY_BATCHES).contains(buffer_batches);
+                let range = format!("[1, {MAX_REPLAY_BATCHES}]");
+                within("later_stages.buffer_batches", ok, &range, buffer_batches)?;
+                within("later_stages.every", (1..=100_000).contains(every), "[1, 100000]", every)
             }
-            LaterStages::Predict { predictor } => {
-                predictor.validate().map_err(|e| format!("later_stages.predictor: {e}"))
-            }
+            LaterStages::Predict { predictor } => predictor.validate().map_err(|e| e.under("later_stages.predictor")),
         }
     }
 
@@ -204,7 +193,7 @@ impl StrategyKind for LocalLearningConfig {
 
     /// `with.model` cut into stages on `with.devices`, each stage learning locally, each device
     /// with its own policy.
-    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError> {
         self.validate()?;
         let Ingredients { model, train, devices, data, ranks } = with;
         let cadence = Cadence {
@@ -222,5 +211,13 @@ impl StrategyKind for LocalLearningConfig {
         let strategy = ModelParallel::for_job(model, train, &self.model_parallel, devices, data, ranks)?
             .with_local_learning(&self.aux_head, self.aux_weight, replay_samples, data.max_len);
         Ok(Box::new(strategy.with_policies(policies)?))
+    }
+}
+
+/// `ok`, or `field` refused: it must be in `range`, not `value`.
+fn within(field: &str, ok: bool, range: &str, value: impl std::fmt::Display) -> Result<(), Invalid> {
+    match ok {
+        true => Ok(()),
+        false => Err(Invalid::at(field, format!("`{field}` must be in {range}, got {value}"))),
     }
 }

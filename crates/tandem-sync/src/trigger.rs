@@ -4,6 +4,7 @@
 //! asking stage one small alert message).
 
 use serde::{Deserialize, Serialize};
+use tandem_models::Invalid;
 
 /// `[strategy.trigger]`: when a predictive-sync run really synchronises its stages.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -152,50 +153,47 @@ impl TriggerConfig {
     }
 
     /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let horizon = |h: usize| {
-            if (1..=100_000).contains(&h) {
-                Ok(())
-            } else {
-                Err(format!("trigger `max_horizon` must be in [1, 100000], got {h}"))
-            }
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let refuse = |field: &str, message: String| Err(Invalid::at(field, format!("trigger `{field}` {message}")));
+        let horizon = |field: &str, h: usize| match (1..=100_000).contains(&h) {
+            true => Ok(()),
+            false => refuse(field, format!("must be in [1, 100000], got {h}")),
         };
         match *self {
             Self::Periodic { every } if !(1..=100_000).contains(&every) => {
-                Err(format!("trigger `every` must be in [1, 100000], got {every}"))
+                refuse("every", format!("must be in [1, 100000], got {every}"))
             }
             Self::Periodic { .. } => Ok(()),
             Self::Adaptive { low, high, max_horizon } => {
                 if !(low > 0.0 && low < high && high.is_finite()) {
-                    return Err(format!("trigger `low` and `high` must satisfy 0 < low < high, got {low} and {high}"));
+                    return refuse("low", format!("and `high` must satisfy 0 < low < high, got {low} and {high}"));
                 }
-                horizon(max_horizon)
+                horizon("max_horizon", max_horizon)
             }
             Self::SafeZone { threshold, auto_factor, max_horizon } => {
-                if let Some(t) = threshold {
-                    if !(t > 0.0 && t.is_finite()) {
-                        return Err(format!("trigger `threshold` must be positive, got {t}"));
-                    }
+                if let Some(t) = threshold.filter(|t| !(*t > 0.0 && t.is_finite())) {
+                    return refuse("threshold", format!("must be positive, got {t}"));
                 }
                 if !(auto_factor > 0.0 && auto_factor.is_finite()) {
-                    return Err(format!("trigger `auto_factor` must be positive, got {auto_factor}"));
+                    return refuse("auto_factor", format!("must be positive, got {auto_factor}"));
                 }
-                horizon(max_horizon)
+                horizon("max_horizon", max_horizon)
             }
             Self::Budget { fraction } if !(fraction > 0.0 && fraction <= 1.0) => {
-                Err(format!("trigger `fraction` must be in (0, 1], got {fraction}"))
+                refuse("fraction", format!("must be in (0, 1], got {fraction}"))
             }
             Self::Budget { .. } => Ok(()),
             Self::LocalLoss { threshold, min_horizon, max_horizon } => {
                 if !(threshold > 0.0 && threshold.is_finite()) {
-                    return Err(format!("trigger `threshold` must be positive, got {threshold}"));
+                    return refuse("threshold", format!("must be positive, got {threshold}"));
                 }
                 if min_horizon > max_horizon {
-                    return Err(format!(
-                        "trigger `min_horizon` ({min_horizon}) must not exceed `max_horizon` ({max_horizon})"
-                    ));
+                    return refuse(
+                        "min_horizon",
+                        format!("({min_horizon}) must not exceed `max_horizon` ({max_horizon})"),
+                    );
                 }
-                horizon(min_horizon).and(horizon(max_horizon))
+                horizon("min_horizon", min_horizon).and(horizon("max_horizon", max_horizon))
             }
         }
     }

@@ -176,7 +176,7 @@ pub fn train_toy<B: AutodiffBackend>(
 pub struct Quiet;
 
 impl<B: AutodiffBackend> Observer<B> for Quiet {
-    fn point(&mut self, _: Point, _: &dyn Strategy<B>) -> Result<(), String> {
+    fn point(&mut self, _: Point, _: &dyn Strategy<B>) -> Result<(), tandem_train::Halt> {
         Ok(())
     }
 }

@@ -6,6 +6,8 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
+use crate::checkpoint::StateError;
+
 /// Appends values to a buffer.
 #[derive(Default)]
 pub struct Writer(pub Vec<u8>);
@@ -54,29 +56,29 @@ impl Writer {
 /// Reads a [`Writer`]'s values back, in the same order.
 pub struct Reader<'a>(pub &'a [u8]);
 
-fn damaged() -> String {
-    "a part of the checkpoint is damaged".to_string()
+fn damaged() -> StateError {
+    StateError::Damaged("a part of the checkpoint is damaged".to_string())
 }
 
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+    fn take(&mut self, n: usize) -> Result<&[u8], StateError> {
         let chunk = self.0.get(..n).ok_or_else(damaged)?;
         self.0 = &self.0[n..];
         Ok(chunk)
     }
 
     /// `n` items of `size` bytes, checked against what is left before anything is allocated.
-    fn take_items(&mut self, n: usize, size: usize) -> Result<&[u8], String> {
+    fn take_items(&mut self, n: usize, size: usize) -> Result<&[u8], StateError> {
         let bytes = n.checked_mul(size).ok_or_else(damaged)?;
         self.take(bytes)
     }
 
-    pub fn count(&mut self) -> Result<usize, String> {
+    pub fn count(&mut self) -> Result<usize, StateError> {
         let n = u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"));
         usize::try_from(n).map_err(|_| damaged())
     }
 
-    pub fn counts(&mut self) -> Result<Vec<usize>, String> {
+    pub fn counts(&mut self) -> Result<Vec<usize>, StateError> {
         let n = self.count()?;
         let raw = self.take_items(n, 8)?;
         raw.chunks_exact(8)
@@ -84,18 +86,18 @@ impl Reader<'_> {
             .collect()
     }
 
-    pub fn floats(&mut self) -> Result<Vec<f32>, String> {
+    pub fn floats(&mut self) -> Result<Vec<f32>, StateError> {
         let n = self.count()?;
         Ok(self.take_items(n, 4)?.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4"))).collect())
     }
 
-    pub fn scalars(&mut self) -> Result<Vec<f64>, String> {
+    pub fn scalars(&mut self) -> Result<Vec<f64>, StateError> {
         let n = self.count()?;
         Ok(self.take_items(n, 8)?.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8"))).collect())
     }
 
     /// A tensor's dimensions and values, for the caller to place.
-    pub fn tensor_data(&mut self) -> Result<TensorData, String> {
+    pub fn tensor_data(&mut self) -> Result<TensorData, StateError> {
         let dims = self.counts()?;
         let values = self.floats()?;
         if dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(values.len()) {
@@ -105,7 +107,7 @@ impl Reader<'_> {
     }
 
     /// A tensor of `D` dimensions, on `device`.
-    pub fn tensor<B: Backend, const D: usize>(&mut self, device: &B::Device) -> Result<Tensor<B, D>, String> {
+    pub fn tensor<B: Backend, const D: usize>(&mut self, device: &B::Device) -> Result<Tensor<B, D>, StateError> {
         let data = self.tensor_data()?;
         if data.shape.len() != D {
             return Err(damaged());
@@ -113,13 +115,13 @@ impl Reader<'_> {
         Ok(Tensor::from_data(data, device))
     }
 
-    pub fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, String> {
+    pub fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, StateError> {
         let n = self.count()?;
-        serde_json::from_slice(self.take(n)?).map_err(|e| format!("a part of the checkpoint: {e}"))
+        serde_json::from_slice(self.take(n)?).map_err(|e| StateError::Damaged(format!("a part of the checkpoint: {e}")))
     }
 
     /// Fails unless every byte was read.
-    pub fn end(&self) -> Result<(), String> {
+    pub fn end(&self) -> Result<(), StateError> {
         if self.0.is_empty() {
             Ok(())
         } else {

@@ -13,6 +13,25 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 use tandem_models::Classifier;
 
+/// Why a strategy's state could not be saved, or continued from.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StateError {
+    /// The bytes are not what was written (cut short, changed, or with bytes appended); the
+    /// message names the part.
+    #[error("{0}")]
+    Damaged(String),
+    /// A part the strategy needs is absent: a state written by a strategy built otherwise.
+    #[error("the checkpoint has no `{0}`")]
+    Missing(String),
+    /// Burn could not record a model or an optimizer, or read its record back.
+    #[error("{0}")]
+    Record(String),
+    /// The state does not fit this strategy (other cut points, forecasts it does not make), or
+    /// the strategy cannot give one now.
+    #[error("{0}")]
+    Mismatch(String),
+}
+
 /// A strategy's state: parts in the order they were put, each with a name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StateParts {
@@ -26,12 +45,12 @@ impl StateParts {
     }
 
     /// The part named `name`; the error names it when it is missing.
-    pub fn get(&self, name: &str) -> Result<&[u8], String> {
+    pub fn get(&self, name: &str) -> Result<&[u8], StateError> {
         self.parts
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, b)| b.as_slice())
-            .ok_or_else(|| format!("the checkpoint has no `{name}`"))
+            .ok_or_else(|| StateError::Missing(name.to_string()))
     }
 
     /// One buffer: for each part its name's length, name, length and bytes (little endian).
@@ -47,12 +66,14 @@ impl StateParts {
     }
 
     /// Reads [`StateParts::to_bytes`]'s buffer back.
-    pub fn from_bytes(mut bytes: &[u8]) -> Result<Self, String> {
-        let take = |bytes: &mut &[u8]| -> Result<Vec<u8>, String> {
+    pub fn from_bytes(mut bytes: &[u8]) -> Result<Self, StateError> {
+        let take = |bytes: &mut &[u8]| -> Result<Vec<u8>, StateError> {
             // Without a checksum (a file written before them) the cause cannot be told apart.
             let overrun = || {
-                "the checkpoint is damaged: a part runs past its end (cut short, changed, or with bytes appended)"
-                    .to_string()
+                StateError::Damaged(
+                    "the checkpoint is damaged: a part runs past its end (cut short, changed, or with bytes appended)"
+                        .to_string(),
+                )
             };
             let len = u64::from_le_bytes(bytes.get(..8).ok_or_else(overrun)?.try_into().unwrap());
             let end = usize::try_from(len).ok().and_then(|len| len.checked_add(8)).ok_or_else(overrun)?;
@@ -62,7 +83,8 @@ impl StateParts {
         };
         let mut parts = Vec::new();
         while !bytes.is_empty() {
-            let name = String::from_utf8(take(&mut bytes)?).map_err(|_| "the checkpoint is damaged".to_string())?;
+            let name = String::from_utf8(take(&mut bytes)?)
+                .map_err(|_| StateError::Damaged("the checkpoint is damaged".to_string()))?;
             parts.push((name, take(&mut bytes)?));
         }
         Ok(Self { parts })
@@ -100,8 +122,8 @@ impl<B: Backend> Recorder<B> for CheckedReader {
 }
 
 /// `model`'s parameters as Burn's binary record, full precision (the bytes of `model.bin`).
-pub fn model_bytes<B: Backend>(model: &Classifier<B>) -> Result<Vec<u8>, String> {
-    Recorder::<B>::record(&recorder(), model.clone().into_record(), ()).map_err(|e| e.to_string())
+pub fn model_bytes<B: Backend>(model: &Classifier<B>) -> Result<Vec<u8>, StateError> {
+    Recorder::<B>::record(&recorder(), model.clone().into_record(), ()).map_err(record_error)
 }
 
 /// `model` with the parameters of [`model_bytes`]'s record, on `device`.
@@ -109,22 +131,26 @@ pub fn load_model_bytes<B: Backend>(
     model: Classifier<B>,
     bytes: &[u8],
     device: &B::Device,
-) -> Result<Classifier<B>, String> {
-    let record = Recorder::<B>::load(&CheckedReader, bytes.to_vec(), device).map_err(|e| e.to_string())?;
+) -> Result<Classifier<B>, StateError> {
+    let record = Recorder::<B>::load(&CheckedReader, bytes.to_vec(), device).map_err(record_error)?;
     Ok(model.load_record(record))
 }
 
 /// Records `record` to bytes (optimizer states and other Burn records).
-pub fn record_bytes<B: Backend, R: burn::record::Record<B>>(record: R) -> Result<Vec<u8>, String> {
-    Recorder::<B>::record(&recorder(), record, ()).map_err(|e| e.to_string())
+pub fn record_bytes<B: Backend, R: burn::record::Record<B>>(record: R) -> Result<Vec<u8>, StateError> {
+    Recorder::<B>::record(&recorder(), record, ()).map_err(record_error)
 }
 
 /// Loads a record of [`record_bytes`] onto `device`.
 pub fn load_record_bytes<B: Backend, R: burn::record::Record<B>>(
     bytes: &[u8],
     device: &B::Device,
-) -> Result<R, String> {
-    Recorder::<B>::load(&CheckedReader, bytes.to_vec(), device).map_err(|e| e.to_string())
+) -> Result<R, StateError> {
+    Recorder::<B>::load(&CheckedReader, bytes.to_vec(), device).map_err(record_error)
+}
+
+fn record_error(e: RecorderError) -> StateError {
+    StateError::Record(e.to_string())
 }
 
 /// Gives every parameter of `model` the id of its place in the model (0, 1, 2… in visiting
@@ -167,7 +193,7 @@ mod tests {
         let back = StateParts::from_bytes(&parts.to_bytes()).unwrap();
         assert_eq!(back, parts);
         assert_eq!(back.get("model").unwrap(), &[1, 2, 3]);
-        assert!(back.get("optimizer").unwrap_err().contains("`optimizer`"));
+        assert_eq!(back.get("optimizer").unwrap_err(), StateError::Missing("optimizer".into()));
         let bytes = parts.to_bytes();
         assert!(StateParts::from_bytes(&bytes[..bytes.len() - 1]).is_err());
     }
@@ -182,10 +208,10 @@ mod tests {
         let device = Default::default();
         let loaded = load_model_bytes(fresh(), &bytes, &device).unwrap();
         assert_eq!(model_bytes(&loaded).unwrap(), bytes);
-        let cut = load_model_bytes(fresh(), &bytes[..bytes.len() / 2], &device).err().unwrap();
+        let cut = load_model_bytes(fresh(), &bytes[..bytes.len() / 2], &device).err().unwrap().to_string();
         assert!(cut.contains("not a whole record"), "{cut}");
         let longer = [bytes.as_slice(), &[0, 0, 0]].concat();
-        let appended = load_model_bytes(fresh(), &longer, &device).err().unwrap();
+        let appended = load_model_bytes(fresh(), &longer, &device).err().unwrap().to_string();
         assert!(appended.contains("3 bytes after the record"), "{appended}");
     }
 }

@@ -21,9 +21,9 @@ use std::time::Instant;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use serde::{Deserialize, Serialize};
 use tandem_data::Encoded;
-use tandem_models::Classifier;
+use tandem_models::{positive, Classifier, Invalid};
 
-pub use checkpoint::{number_parameters, StateParts};
+pub use checkpoint::{number_parameters, StateError, StateParts};
 pub use memory::keep_freed_memory;
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
@@ -118,31 +118,33 @@ impl TrainConfig {
     /// typo (a `--set train.epochs` with digits too many) and refused before anything allocates.
     pub const MAX_EPOCHS: usize = 100_000;
 
-    /// Checks values serde cannot; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let positive = |name: &str, v: usize| if v == 0 { Err(format!("`{name}` must be at least 1")) } else { Ok(()) };
+    /// Checks values serde cannot; the error names the field.
+    pub fn validate(&self) -> Result<(), Invalid> {
         positive("epochs", self.epochs)?;
         if self.epochs > Self::MAX_EPOCHS {
-            return Err(format!(
+            let message = format!(
                 "`epochs` must be at most {} (each epoch keeps a record in memory and in epochs.jsonl), got {}",
                 Self::MAX_EPOCHS,
                 self.epochs
-            ));
+            );
+            return Err(Invalid::at("epochs", message));
         }
         positive("batch_size", self.batch_size)?;
         positive("eval_batch_size", self.eval_batch_size)?;
         positive("threads", self.threads)?;
+        let refuse =
+            |field: &str, rule: &str, value: f64| Err(Invalid::at(field, format!("`{field}` {rule}, got {value}")));
         if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
-            return Err(format!("`learning_rate` must be positive, got {}", self.learning_rate));
+            return refuse("learning_rate", "must be positive", self.learning_rate);
         }
         if !(0.0..=1.0).contains(&self.min_lr_fraction) {
-            return Err(format!("`min_lr_fraction` must be in [0, 1], got {}", self.min_lr_fraction));
+            return refuse("min_lr_fraction", "must be in [0, 1]", self.min_lr_fraction);
         }
         if self.weight_decay < 0.0 {
-            return Err(format!("`weight_decay` must not be negative, got {}", self.weight_decay));
+            return refuse("weight_decay", "must not be negative", self.weight_decay);
         }
         if let Some(c) = self.grad_clip_norm.filter(|c| c.is_nan() || *c <= 0.0) {
-            return Err(format!("`grad_clip_norm` must be positive, got {c}"));
+            return refuse("grad_clip_norm", "must be positive", c);
         }
         if let Some(stream) = &self.stream {
             positive("stream.eval_every", stream.eval_every)?;
@@ -228,11 +230,25 @@ pub enum TrainError {
     Diverged { epoch: usize, loss: f64 },
     #[error("{0}")]
     Strategy(String),
-    /// The run stopped before its end: the caller's [`Observer::point`] returned an error (a
-    /// results or checkpoint write that failed, a signal), or [`Observer::interrupted`] paused
-    /// it. The message is the observer's own, which says what happened.
+    /// The caller's [`Observer::point`] stopped the run.
+    #[error(transparent)]
+    Stopped(#[from] Halt),
+    /// [`Observer::interrupted`] paused the run part-way through a point, after `steps` of its
+    /// `of` steps (reported to the observer as [`Point::Paused`] first).
+    #[error("stopped as asked after step {steps} of {of} of this point")]
+    Paused { steps: usize, of: usize },
+}
+
+/// Why an observer stops the run at a point; its message is the observer's own.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Halt {
+    /// A signal: the run continues later from the checkpoint just written.
+    #[error("interrupted by signal {0}")]
+    Signal(i32),
+    /// What the observer does at a point failed (a results or checkpoint write, a word with the
+    /// other ranks of a job).
     #[error("{0}")]
-    Stopped(String),
+    Failed(String),
 }
 
 /// How a global batch becomes a parameter update: the seam the parallel strategies plug into.
@@ -247,9 +263,9 @@ pub trait Strategy<B: AutodiffBackend> {
     fn model(&self) -> Classifier<B>;
     /// Everything needed to continue exactly from here (models, optimizer states, the
     /// strategy's own state), between two epochs or evaluation points.
-    fn state(&self) -> Result<StateParts, String>;
+    fn state(&self) -> Result<StateParts, StateError>;
     /// Continues from [`Strategy::state`]'s parts, taken from a strategy built the same way.
-    fn restore(&mut self, state: &StateParts) -> Result<(), String>;
+    fn restore(&mut self, state: &StateParts) -> Result<(), StateError>;
 }
 
 /// What the epoch loop hands its caller, with the strategy as it stands.
@@ -272,15 +288,15 @@ pub trait Observer<B: AutodiffBackend>: Sync {
     }
     /// Each record as soon as it exists, and a pause, with the strategy as it stands (to write
     /// both to disk); an error stops the run.
-    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), String>;
+    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), Halt>;
 }
 
 /// A closure is an observer of points alone: no progress wanted, never interrupted.
 impl<B: AutodiffBackend, F> Observer<B> for F
 where
-    F: FnMut(Point, &dyn Strategy<B>) -> Result<(), String> + Sync,
+    F: FnMut(Point, &dyn Strategy<B>) -> Result<(), Halt> + Sync,
 {
-    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), String> {
+    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), Halt> {
         self(point, strategy)
     }
 }
@@ -320,7 +336,7 @@ impl<'a> EvalSets<'a> {
 /// Runs `config.epochs` epochs of `strategy` over `train`, evaluating on `eval`'s sets after
 /// each epoch on `eval_device`, from `start`. `observer` receives each record as soon as it exists,
 /// with the strategy (to write both to disk), and may stop the run by returning an error; an
-/// interrupt pauses the run part-way through a point (reported, then [`TrainError::Stopped`]). Returns the records made by this call.
+/// interrupt pauses the run part-way through a point (reported, then [`TrainError::Paused`]). Returns the records made by this call.
 #[allow(clippy::too_many_arguments)] // the epoch loop's inputs, each named at the call
 pub fn train<B: AutodiffBackend>(
     strategy: &mut dyn Strategy<B>,
@@ -386,14 +402,8 @@ pub fn train<B: AutodiffBackend>(
             }
             if stats.steps < range.len() {
                 let partial = PartialPoint { stats, train_seconds };
-                observer
-                    .point(Point::Paused { points_done: point - 1, partial: &partial }, &*strategy)
-                    .map_err(TrainError::Stopped)?;
-                return Err(TrainError::Stopped(format!(
-                    "stopped as asked after step {} of {} of this point",
-                    partial.stats.steps,
-                    range.len()
-                )));
+                observer.point(Point::Paused { points_done: point - 1, partial: &partial }, &*strategy)?;
+                return Err(TrainError::Paused { steps: partial.stats.steps, of: range.len() });
             }
 
             let started = Instant::now();
@@ -421,7 +431,7 @@ pub fn train<B: AutodiffBackend>(
                 figures: stats.figures,
             };
             since_record = Instant::now();
-            observer.point(Point::Recorded(&record), &*strategy).map_err(TrainError::Stopped)?;
+            observer.point(Point::Recorded(&record), &*strategy)?;
             records.push(record);
         }
     }

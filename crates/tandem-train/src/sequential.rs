@@ -5,8 +5,8 @@ use tandem_models::Classifier;
 
 use crate::checkpoint::{load_model_bytes, model_bytes};
 use crate::optim::AnyOptimizer;
-use crate::StateParts;
 use crate::{tested_gradients, EpochPlan, Strategy, StrategyFigures, TrainConfig, TrainError, TrainStats};
+use crate::{StateError, StateParts};
 
 /// Trains one model on one device, one global batch per optimizer step.
 pub struct Sequential<B: AutodiffBackend> {
@@ -59,14 +59,14 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
         self.model.clone().expect("the model is always put back after a step")
     }
 
-    fn state(&self) -> Result<StateParts, String> {
+    fn state(&self) -> Result<StateParts, StateError> {
         let mut state = StateParts::default();
         state.put("model", model_bytes(&self.model())?);
         state.put("optimizer", self.optimizer.state()?.to_bytes());
         Ok(state)
     }
 
-    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+    fn restore(&mut self, state: &StateParts) -> Result<(), StateError> {
         self.model = Some(load_model_bytes(self.model(), state.get("model")?, &self.device)?);
         self.optimizer.restore(&StateParts::from_bytes(state.get("optimizer")?)?, &self.device)
     }

@@ -9,8 +9,9 @@ use tandem_models::{Architecture, Classifier, InputSpec, ModelConfig, RecurrentC
 use tandem_testing::{toy_data, toy_model, toy_models, TOY_MAX_LEN as MAX_LEN};
 use tandem_train::optim::{clip_gradient_norm, gradient_norm};
 use tandem_train::{
-    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, EvalSets, Observer, PartialPoint,
-    Point, Sequential, Start, StateParts, Strategy, StreamConfig, TrainConfig, TrainError, TrainStats,
+    correct_predictions, gradients, number_parameters, train, EpochPlan, EpochRecord, EvalSets, Halt, Observer,
+    PartialPoint, Point, Sequential, Start, StateError, StateParts, Strategy, StreamConfig, TrainConfig, TrainError,
+    TrainStats,
 };
 
 /// The backends' seeded RNG is process-global: tests that seed it must not interleave.
@@ -227,10 +228,10 @@ impl<B: AutodiffBackend> Strategy<B> for Recording<B> {
     fn model(&self) -> Classifier<B> {
         self.inner.model()
     }
-    fn state(&self) -> Result<StateParts, String> {
+    fn state(&self) -> Result<StateParts, StateError> {
         self.inner.state()
     }
-    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+    fn restore(&mut self, state: &StateParts) -> Result<(), StateError> {
         self.inner.restore(state)
     }
 }
@@ -286,6 +287,7 @@ fn a_stream_replays_one_order_and_is_evaluated_at_fixed_points() {
     assert!(TrainConfig { stream: Some(StreamConfig { eval_every: 0 }), ..config(1) }
         .validate()
         .unwrap_err()
+        .to_string()
         .contains("stream.eval_every"));
 }
 
@@ -337,9 +339,9 @@ impl<B: AutodiffBackend> Observer<B> for Stopping {
         matches!(self.stop, Stop::AfterSteps(n) if self.steps.load(Ordering::SeqCst) >= n)
     }
 
-    fn point(&mut self, point: Point, s: &dyn Strategy<B>) -> Result<(), String> {
+    fn point(&mut self, point: Point, s: &dyn Strategy<B>) -> Result<(), Halt> {
         let left = &mut self.left;
-        left.state = s.state()?;
+        left.state = s.state().map_err(|e| Halt::Failed(e.to_string()))?;
         match point {
             Point::Recorded(record) => left.records.push(record.clone()),
             Point::Paused { points_done, partial } => {
@@ -348,7 +350,7 @@ impl<B: AutodiffBackend> Observer<B> for Stopping {
             }
         }
         match self.stop == Stop::AfterRecords(left.records.len()) {
-            true => Err("stopped".into()),
+            true => Err(Halt::Failed("stopped".into())),
             false => Ok(()),
         }
     }
@@ -408,7 +410,7 @@ type Nd = Autodiff<NdArray>;
 /// Trains a toy CNN with `cfg` until `on_point` returns an error (or the end).
 fn run_observed(
     cfg: &TrainConfig,
-    mut on_point: impl FnMut(Point, &dyn Strategy<Nd>) -> Result<(), String> + Sync,
+    mut on_point: impl FnMut(Point, &dyn Strategy<Nd>) -> Result<(), Halt> + Sync,
 ) -> Result<usize, TrainError> {
     let (train_data, holdout, vocab_size) = toy_data();
     let device = Default::default();
@@ -422,7 +424,7 @@ fn run_observed(
 fn a_failing_observer_is_reported_in_its_own_words() {
     let _serial = serial();
     let failure = "cannot write results/demo/epochs.jsonl: No space left on device (os error 28)";
-    let err = run_observed(&config(2), |_, _| Err(failure.to_string())).unwrap_err();
+    let err = run_observed(&config(2), |_, _| Err(Halt::Failed(failure.to_string()))).unwrap_err();
     assert!(matches!(err, TrainError::Stopped(_)), "{err:?}");
     assert_eq!(err.to_string(), failure, "no prefix blaming the caller for an I/O failure");
 }
@@ -432,6 +434,8 @@ fn epochs_beyond_the_limit_are_refused_and_never_reserved_for() {
     let _serial = serial();
     for epochs in [TrainConfig::MAX_EPOCHS + 1, 1_000_000_000_000, 1_000_000_000_000_000_000] {
         let e = config(epochs).validate().unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("epochs"));
+        let e = e.to_string();
         assert!(e.contains("`epochs`") && e.contains("at most 100000") && e.contains(&epochs.to_string()), "{e}");
     }
     config(TrainConfig::MAX_EPOCHS).validate().unwrap();
@@ -439,7 +443,7 @@ fn epochs_beyond_the_limit_are_refused_and_never_reserved_for() {
     let mut records = 0;
     let err = run_observed(&config(usize::MAX), |_, _| {
         records += 1;
-        Err("enough".into())
+        Err(Halt::Failed("enough".into()))
     })
     .unwrap_err();
     assert_eq!((err.to_string(), records), ("enough".to_string(), 1));

@@ -42,23 +42,29 @@ pub struct DeviceSpec {
     pub index: usize,
 }
 
-impl FromStr for DeviceSpec {
-    type Err = String;
+/// A device name that is not `cpu`, `wgpu:N` or `cuda:N`; the message says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadDevice(String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for DeviceSpec {
+    type Err = BadDevice;
+
+    fn from_str(s: &str) -> Result<Self, BadDevice> {
         let (name, index) = match s.split_once(':') {
             // CubeCL keeps device numbers as u16: a larger one would silently wrap around.
             Some((k, i)) => (
                 k,
-                i.parse::<u16>().map_err(|_| format!("device `{s}`: `{i}` is not a device number (0–65535)"))?.into(),
+                i.parse::<u16>()
+                    .map_err(|_| BadDevice(format!("device `{s}`: `{i}` is not a device number (0–65535)")))?
+                    .into(),
             ),
             None => (s, 0),
         };
-        let kind = DeviceKind::NAMES
-            .iter()
-            .find(|(_, known)| *known == name)
-            .map(|(kind, _)| *kind)
-            .ok_or_else(|| format!("device `{s}`: unknown kind `{name}` (expected cpu, wgpu:N or cuda:N)"))?;
+        let kind =
+            DeviceKind::NAMES.iter().find(|(_, known)| *known == name).map(|(kind, _)| *kind).ok_or_else(|| {
+                BadDevice(format!("device `{s}`: unknown kind `{name}` (expected cpu, wgpu:N or cuda:N)"))
+            })?;
         Ok(Self { kind, index })
     }
 }
@@ -79,7 +85,7 @@ impl DeviceSpec {
     }
 
     /// Checks that this device belongs to `backend` (`cpu` for flex/ndarray, `wgpu:N`, `cuda:N`).
-    pub fn check_backend(&self, backend: BackendKind) -> Result<(), String> {
+    pub(crate) fn check_backend(&self, backend: BackendKind) -> Result<(), String> {
         let expected = DeviceKind::of(backend);
         if self.kind == expected {
             Ok(())
@@ -92,7 +98,7 @@ impl DeviceSpec {
 /// Starts `device` and runs one small tensor op on it. Backends panic on the first use of a
 /// GPU that does not exist or whose driver is missing; this turns that into an error naming
 /// the device, before any training starts.
-pub fn probe_device<B: Backend>(name: &str, device: &B::Device) -> Result<(), String> {
+pub(crate) fn probe_device<B: Backend>(name: &str, device: &B::Device) -> Result<(), String> {
     let device = device.clone();
     let started = std::thread::Builder::new()
         .name(format!("tandem-probe-{name}"))
@@ -169,7 +175,7 @@ mod tests {
             assert_eq!(name.parse::<DeviceSpec>().unwrap().to_string(), name);
         }
         assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec { kind: DeviceKind::Cuda, index: 0 });
-        let err = "tpu:0".parse::<DeviceSpec>().unwrap_err();
+        let err = "tpu:0".parse::<DeviceSpec>().unwrap_err().to_string();
         assert!(err.contains("unknown kind `tpu`"), "{err}");
         let err = DeviceSpec::first_of(BackendKind::Cuda).check_backend(BackendKind::Flex).unwrap_err();
         assert!(err.contains("`cuda:0` does not belong to backend `flex` (use `cpu`)"), "{err}");

@@ -9,7 +9,8 @@ pub mod launches;
 
 use burn::tensor::backend::AutodiffBackend;
 
-pub use device::{probe_device, DeviceKind, DeviceSpec};
+pub(crate) use device::probe_device;
+pub use device::{BadDevice, DeviceKind, DeviceSpec};
 pub use tandem_results::BackendKind;
 
 /// Whether this build was compiled with `backend`'s cargo feature.

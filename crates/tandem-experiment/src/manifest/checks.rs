@@ -2,11 +2,11 @@
 //! problem names its field as a dotted path (`strategies[1].model_parallel.micro_batches`),
 //! which the caller turns into a line of the manifest.
 
-use tandem_models::{InputSpec, ModelConfig};
+use tandem_models::{InputSpec, Invalid, ModelConfig};
 use tandem_parallel::{ModelParallelConfig, Schedule};
 
 use super::{Manifest, StrategyConfig};
-use crate::backend::DeviceSpec;
+use crate::backend::{BadDevice, DeviceSpec};
 use crate::memory::{gib, parameter_count, training_bytes, MAX_SEQUENCE_LEN, MAX_TRAINING_BYTES};
 
 /// What is wrong, and the fields it may be written at, best first.
@@ -20,7 +20,13 @@ impl Problem {
         Self { fields: vec![field.into()], message: message.into() }
     }
 
-    /// A problem a config's own `validate` or serde found under `prefix`. Its message may start
+    /// A setting a config's own checks refuse, under `prefix`.
+    pub(super) fn invalid(prefix: &str, invalid: &Invalid) -> Self {
+        let field = std::iter::once(prefix.to_string()).chain(invalid.path()).collect::<Vec<_>>().join(".");
+        Self::new(field, invalid.message.clone())
+    }
+
+    /// A problem serde found under `prefix`. Its message may start
     /// with `section: ` steps and names the field in backticks (`` `micro_batches` must … ``):
     /// those extend the path.
     pub(super) fn nested(prefix: &str, message: &str) -> Self {
@@ -82,7 +88,7 @@ pub(super) fn check(m: &Manifest, strategy_path: &dyn Fn(usize) -> String) -> Re
     }
     for (i, strategy) in m.strategies.iter().enumerate() {
         let path = strategy_path(i);
-        strategy.kind().validate().map_err(|msg| Problem::nested(&path, &msg))?;
+        strategy.kind().validate().map_err(|e| Problem::invalid(&path, &e))?;
         if m.strategies[..i].iter().any(|o| o.label() == strategy.label()) {
             return Err(Problem::new(path, format!("`{}` is listed twice", strategy.label())));
         }
@@ -118,7 +124,7 @@ fn check_experiment(m: &Manifest) -> Result<(), Problem> {
     }
     for (i, d) in e.devices.iter().enumerate() {
         let field = format!("experiment.devices[{i}]");
-        let spec: DeviceSpec = d.parse().map_err(|m| Problem::new(&field, m))?;
+        let spec: DeviceSpec = d.parse().map_err(|e: BadDevice| Problem::new(&field, e.to_string()))?;
         spec.check_backend(e.backend).map_err(|m| Problem::new(&field, m))?;
     }
     Ok(())
@@ -172,12 +178,12 @@ fn check_models(m: &Manifest) -> Result<(), Problem> {
         if m.models[..i].iter().any(|o| o.name == entry.name) {
             return Err(Problem::new(format!("{path}.name"), format!("`{}` is used twice", entry.name)));
         }
-        entry.config.validate(&input).map_err(|msg| {
-            let problem = Problem::nested(&path, &msg);
+        entry.config.validate(&input).map_err(|e| {
+            let problem = Problem::invalid(&path, &e);
             Problem { message: named(problem.message), ..problem }
         })?;
-        entry.train.validate().map_err(|msg| {
-            let problem = Problem::nested(&format!("{path}.train"), &msg);
+        entry.train.validate().map_err(|e| {
+            let problem = Problem::invalid(&format!("{path}.train"), &e);
             let global = problem.fields[0].replacen(&format!("{path}.train"), "train", 1);
             Problem { message: named(problem.message), ..problem }.or_at(global)
         })?;

@@ -3,7 +3,8 @@
 
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
-use tandem_parallel::{DataParallelConfig, Ingredients, ModelParallelConfig, StrategyKind};
+use tandem_models::{positive, Invalid};
+use tandem_parallel::{BuildError, DataParallelConfig, Ingredients, ModelParallelConfig, StrategyKind};
 use tandem_sync::{LocalLearningConfig, PredictiveSyncConfig};
 use tandem_train::{Sequential, Strategy, TrainConfig};
 
@@ -63,7 +64,7 @@ impl StrategyConfig {
     }
 
     /// The strategy these settings describe.
-    pub fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+    pub fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError> {
         on_kind!(self, settings => settings.build(with))
     }
 
@@ -121,11 +122,8 @@ impl StrategyKind for SequentialConfig {
         }
     }
 
-    fn validate(&self) -> Result<(), String> {
-        match self.threads {
-            Some(0) => Err("`threads` must be at least 1".into()),
-            _ => Ok(()),
-        }
+    fn validate(&self) -> Result<(), Invalid> {
+        self.threads.map_or(Ok(()), |threads| positive("threads", threads))
     }
 
     fn threads(&self) -> Option<usize> {
@@ -136,8 +134,9 @@ impl StrategyKind for SequentialConfig {
         false
     }
 
-    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
-        let device = with.devices.into_iter().next().ok_or("a sequential run needs a device")?;
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError> {
+        let device = with.devices.into_iter().next();
+        let device = device.ok_or_else(|| BuildError::Mismatch("a sequential run needs a device".into()))?;
         Ok(Box::new(Sequential::new(with.model, with.train, device)))
     }
 }

@@ -15,7 +15,9 @@ pub(super) fn run_devices(
     let parse = |names: &[String], origin: &str| {
         names
             .iter()
-            .map(|d| d.parse::<DeviceSpec>().and_then(|s| s.check_backend(backend).map(|_| s)))
+            .map(|d| {
+                d.parse::<DeviceSpec>().map_err(|e| e.to_string()).and_then(|s| s.check_backend(backend).map(|_| s))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|m| RunError::Config(format!("{origin}: {m}")))
     };

@@ -1,6 +1,6 @@
 //! The checks of a multi-process job, done on every rank before any data is loaded.
 
-use tandem_parallel::{fingerprint, Ranks};
+use tandem_parallel::{fingerprint, RankError, Ranks};
 
 use super::RunError;
 use crate::backend::BackendKind;
@@ -10,10 +10,11 @@ use crate::manifest::Manifest;
 /// manifest and backend, and that every strategy can span ranks. Any mismatch fails every rank
 /// with the same message.
 pub(super) fn check_job(manifest: &Manifest, backend: BackendKind, ranks: &dyn Ranks) -> Result<(), RunError> {
-    let config = |m: String| RunError::Job(format!("{}: {m}", manifest.source.display()));
-    ranks.check_same("Tandem version", fingerprint(crate::VERSION.as_bytes())).map_err(config)?;
-    ranks.check_same("manifest", fingerprint(manifest.to_toml().as_bytes())).map_err(config)?;
-    ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(config)?;
+    let config = |e: String| RunError::Job(format!("{}: {e}", manifest.source.display()));
+    let differ = |e: RankError| config(e.to_string());
+    ranks.check_same("Tandem version", fingerprint(crate::VERSION.as_bytes())).map_err(differ)?;
+    ranks.check_same("manifest", fingerprint(manifest.to_toml().as_bytes())).map_err(differ)?;
+    ranks.check_same("backend", fingerprint(backend.name().as_bytes())).map_err(differ)?;
     check_job_size(manifest, ranks.size())?;
     for strategy in &manifest.strategies {
         let (name, size) = (strategy.name(), ranks.size());

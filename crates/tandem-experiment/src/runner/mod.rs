@@ -55,6 +55,10 @@ pub struct RunOptions {
     /// Start every run over, replacing its folder (otherwise finished runs are skipped and
     /// unfinished ones resumed).
     pub fresh: bool,
+    /// What ends the process when a worker thread never returns, once the run's failure is
+    /// written (a thread cannot be stopped from outside; `tandem` exits with status 1).
+    /// `None`: wait for the worker.
+    pub on_stuck_worker: Option<fn()>,
 }
 
 impl RunOptions {
@@ -66,7 +70,15 @@ impl RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { backend: None, devices: None, out: PathBuf::from("results"), progress: true, ranks: None, fresh: false }
+        Self {
+            backend: None,
+            devices: None,
+            out: PathBuf::from("results"),
+            progress: true,
+            ranks: None,
+            fresh: false,
+            on_stuck_worker: None,
+        }
     }
 }
 
@@ -198,7 +210,9 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
         let split =
             data.train.tokens.iter().chain(data.validation.iter().flat_map(|v| &v.tokens)).chain(&data.holdout.tokens);
         let split: Vec<u8> = split.flat_map(|t| t.to_le_bytes()).collect();
-        ranks.check_same("data (train, validation and holdout tokens)", fingerprint(&split)).map_err(RunError::Job)?;
+        ranks
+            .check_same("data (train, validation and holdout tokens)", fingerprint(&split))
+            .map_err(|e| RunError::Job(e.to_string()))?;
     }
     let shows = ranks.is_none_or(|r| r.rank() == 0);
     if shows {
@@ -214,7 +228,9 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
                 let key = plan::RunKey { entry: model, strategy, seed };
                 let summary = run_one(manifest, key, backend, &devices, &data, options)?;
                 console.end_run();
-                if let Some(signal) = signals::agreed_stop(ranks, strategy.timeout()).map_err(RunError::Job)? {
+                if let Some(signal) =
+                    signals::agreed_stop(ranks, strategy.timeout()).map_err(|e| RunError::Job(e.to_string()))?
+                {
                     return Err(RunError::Interrupted { signal });
                 }
                 summaries.extend(summary);

@@ -55,7 +55,7 @@ pub(super) fn run_one(
         resume: resume.as_deref(),
     };
     let outcome = {
-        let _watch = StuckWorkerWatch::install(&plan, &summary);
+        let _watch = StuckWorkerWatch::install(&plan, &summary, options.on_stuck_worker);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("tandem-compute-{i}"))
@@ -102,12 +102,12 @@ fn run_start(manifest: &Manifest, plan: &RunPlan, data: &PreparedData, threads: 
     }
 }
 
-/// While it lives, a worker that never returns ends the process, with the run's failure
-/// written first (on the rank that writes results).
+/// While it lives, a worker that never returns has the run's failure written (on the rank that
+/// writes results), then `end` called: the caller's way to end the process.
 struct StuckWorkerWatch;
 
 impl StuckWorkerWatch {
-    fn install(plan: &RunPlan, summary: &RunSummary) -> Self {
+    fn install(plan: &RunPlan, summary: &RunSummary, end: Option<fn()>) -> Self {
         if plan.writes_results {
             let (skeleton, dir) = (summary.clone(), plan.dir.clone());
             tandem_parallel::on_stuck_worker(Some(Box::new(move |message: &str| {
@@ -120,6 +120,9 @@ impl StuckWorkerWatch {
                     eprintln!("cannot write {}: {e}", path.display());
                 }
                 eprintln!("{}: FAILED: {message}", failed.run_id);
+                if let Some(end) = end {
+                    end();
+                }
             })));
         }
         Self

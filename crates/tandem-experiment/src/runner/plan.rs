@@ -109,7 +109,7 @@ fn agree(ranks: &dyn Ranks, writes_results: bool, dir: &Path, plan: Plan) -> Res
         (Plan::Skip(_), true) => "skip",
         (_, true) => "run",
     };
-    if ranks.broadcast_text(decision).map_err(RunError::Config)? == "skip" {
+    if ranks.broadcast_text(decision).map_err(|e| RunError::Config(e.to_string()))? == "skip" {
         return Ok(Action::Skip(match plan {
             Plan::Skip(summary) => Some(summary),
             _ => None,

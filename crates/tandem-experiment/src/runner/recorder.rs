@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use burn::tensor::backend::AutodiffBackend;
 use indicatif::ProgressBar;
-use tandem_train::{EpochRecord, Observer, Point, Start, Strategy};
+use tandem_train::{EpochRecord, Halt, Observer, Point, Start, Strategy};
 
 use super::checkpoints::Checkpoints;
 use super::console::human_count;
@@ -69,26 +69,26 @@ impl<B: AutodiffBackend> Observer<B> for Recorder<'_> {
         self.interrupt.signal().is_some()
     }
 
-    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), String> {
+    fn point(&mut self, point: Point, strategy: &dyn Strategy<B>) -> Result<(), Halt> {
         let ctx = self.ctx;
         self.launches.point();
         let record = match point {
             Point::Recorded(record) => record,
             Point::Paused { points_done, partial } => {
                 self.stopped_within = Some(partial.stats.steps);
-                return self.checkpoints.write(strategy, points_done, Some(partial));
+                return self.checkpoints.write(strategy, points_done, Some(partial)).map_err(Halt::Failed);
             }
         };
         self.written.push(record.clone());
-        let stop = agreed_stop(ctx.ranks, ctx.strategy.timeout())?;
+        let stop = agreed_stop(ctx.ranks, ctx.strategy.timeout()).map_err(|e| Halt::Failed(e.to_string()))?;
         if ctx.writes_results {
             print_record(&ctx.progress, &ctx.dir.file_name().unwrap_or_default().to_string_lossy(), record);
             results::write_epochs(&self.epochs_path, &self.written)
-                .map_err(|e| format!("cannot write {}: {e}", self.epochs_path.display()))?;
+                .map_err(|e| Halt::Failed(format!("cannot write {}: {e}", self.epochs_path.display())))?;
         }
-        self.checkpoints.write(strategy, self.written.len(), None)?;
+        self.checkpoints.write(strategy, self.written.len(), None).map_err(Halt::Failed)?;
         match stop {
-            Some(signal) => Err(format!("interrupted by signal {signal}")),
+            Some(signal) => Err(Halt::Signal(signal)),
             None => Ok(()),
         }
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tandem_parallel::Ranks;
 use tandem_results::folder::{read_run, RunState};
-use tandem_train::{EpochRecord, PartialPoint, StateParts};
+use tandem_train::{EpochRecord, PartialPoint, StateError, StateParts};
 
 use super::RunError;
 use crate::results::RunSummary;
@@ -136,14 +136,19 @@ fn remove_temporary_files(dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
 
 /// A checkpoint file's records done, steps done of the next point, and strategy state.
 fn read_checkpoint(path: &Path) -> Result<(usize, Option<PartialPoint>, StateParts), String> {
-    let damaged = |e: String| format!("{}: {e}; pass --fresh to start over", path.display());
+    let damaged = |e: StateError| format!("{}: {e}; pass --fresh to start over", path.display());
     let (bytes, _) = tandem_results::read_sealed(path).map_err(|e| format!("{e}; pass --fresh to start over"))?;
     let parts = StateParts::from_bytes(&bytes).map_err(damaged)?;
     let done = parts.get("points_done").map_err(damaged)?;
-    let done = u64::from_le_bytes(done.try_into().map_err(|_| damaged("`points_done` is damaged".into()))?) as usize;
+    let done = u64::from_le_bytes(
+        done.try_into().map_err(|_| damaged(StateError::Damaged("`points_done` is damaged".into())))?,
+    ) as usize;
     let strategy = StateParts::from_bytes(parts.get("strategy").map_err(damaged)?).map_err(damaged)?;
     let partial = match parts.get(PARTIAL) {
-        Ok(json) => Some(serde_json::from_slice(json).map_err(|e| damaged(format!("`{PARTIAL}` is damaged: {e}")))?),
+        Ok(json) => Some(
+            serde_json::from_slice(json)
+                .map_err(|e| damaged(StateError::Damaged(format!("`{PARTIAL}` is damaged: {e}"))))?,
+        ),
         Err(_) => None,
     };
     Ok((done, partial, strategy))
@@ -169,7 +174,7 @@ pub(super) fn agree_across_ranks(ranks: &dyn Ranks, dir: &Path, plan: Plan) -> R
         }
         _ => "start".to_string(),
     };
-    let told = ranks.broadcast_text(if ranks.rank() == 0 { &told } else { "" })?;
+    let told = ranks.broadcast_text(if ranks.rank() == 0 { &told } else { "" }).map_err(|e| e.to_string())?;
     let Some(lines) = told.strip_prefix("resume") else { return Ok(Plan::Start) };
     let records: Vec<EpochRecord> = lines
         .lines()

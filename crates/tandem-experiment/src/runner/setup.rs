@@ -76,5 +76,7 @@ fn build_strategy<B: AutodiffBackend>(
             mp.cuts = Some(cuts);
         }
     }
-    config.build(Ingredients { model, train: &ctx.entry.train, devices, data: &ctx.data.train, ranks: ctx.ranks })
+    config
+        .build(Ingredients { model, train: &ctx.entry.train, devices, data: &ctx.data.train, ranks: ctx.ranks })
+        .map_err(|e| e.to_string())
 }

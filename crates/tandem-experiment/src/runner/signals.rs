@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
-use tandem_parallel::Ranks;
+use tandem_parallel::{RankError, Ranks};
 
 /// Whether a stop was asked for, and by which signal.
 pub(super) struct Interrupt {
@@ -32,7 +32,7 @@ impl Interrupt {
 /// The signal that stops the run at this point: this process's own; in a multi-process job,
 /// rank 0's, which every rank adopts (every rank calls this at the same points, and waits for
 /// rank 0's word as long as the strategy's `timeout` lets it wait for another rank).
-pub(super) fn agreed_stop(ranks: Option<&dyn Ranks>, timeout: Duration) -> Result<Option<i32>, String> {
+pub(super) fn agreed_stop(ranks: Option<&dyn Ranks>, timeout: Duration) -> Result<Option<i32>, RankError> {
     let interrupt = interrupt();
     let Some(ranks) = ranks else { return Ok(interrupt.signal()) };
     let mine = interrupt.signal().map(|s| s.to_string()).unwrap_or_default();

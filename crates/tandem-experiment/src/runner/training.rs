@@ -138,7 +138,7 @@ fn train_on<B: AutodiffBackend>(setup: Setup<B>, ctx: &RunContext) -> Outcome {
     );
     let saved = if ctx.writes_results { save_model(&strategy.model(), &ctx.dir.join("model.bin")) } else { Ok(()) };
     let ending = match (result, saved, recorder.signal()) {
-        (Err(TrainError::Stopped(_)), _, Some(signal)) => {
+        (Err(TrainError::Stopped(_) | TrainError::Paused { .. }), _, Some(signal)) => {
             Ending::Interrupted { signal, within: recorder.stopped_within }
         }
         (Ok(_), Ok(()), _) => {

@@ -4,8 +4,9 @@ use burn::nn::conv::Conv1dConfig;
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
-use super::shared::{dropouts, embedding, head, positive, InputSpec};
+use super::shared::{dropouts, embedding, head, InputSpec};
 use crate::blocks::{Block, ConvPoolBlock};
+use crate::{positive, Invalid};
 
 /// Embedding → Conv1d of several widths → ReLU → max over time → dropout → linear.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -47,16 +48,16 @@ impl Default for CnnConfig {
 
 impl CnnConfig {
     /// Checks the hyper-parameters against the input; the message names the offending field.
-    pub(crate) fn validate(&self, input: &InputSpec) -> Result<(), String> {
+    pub(crate) fn validate(&self, input: &InputSpec) -> Result<(), Invalid> {
         positive("embedding_dim", self.embedding_dim)?;
         positive("filters", self.filters)?;
         if self.kernel_widths.is_empty() {
-            return Err("`kernel_widths` must list at least one width".into());
+            return Err(Invalid::at("kernel_widths", "`kernel_widths` must list at least one width"));
         }
         for &w in &self.kernel_widths {
             positive("kernel_widths", w)?;
             if w > input.max_len {
-                return Err(format!("kernel width {w} exceeds the sequence length {}", input.max_len));
+                return Err(Invalid::rule(format!("kernel width {w} exceeds the sequence length {}", input.max_len)));
             }
         }
         dropouts(self.embedding_dropout, self.dropout)

@@ -7,8 +7,9 @@ use burn::nn::DropoutConfig;
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
-use super::shared::{dropouts, embedding, head, positive, InputSpec};
+use super::shared::{dropouts, embedding, head, InputSpec};
 use crate::blocks::{Block, RecurrentBlock, Rnn};
+use crate::{positive, Invalid};
 
 /// Embedding → stacked LSTM / GRU layers → masked mean pooling → dropout → linear.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -60,7 +61,7 @@ pub(crate) enum RecurrentCell {
 
 impl RecurrentConfig {
     /// Checks the hyper-parameters; the message names the offending field.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), Invalid> {
         positive("embedding_dim", self.embedding_dim)?;
         positive("hidden", self.hidden)?;
         positive("layers", self.layers)?;

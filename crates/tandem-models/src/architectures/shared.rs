@@ -6,6 +6,7 @@ use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
 use crate::blocks::{Block, EmbeddingBlock, HeadBlock};
+use crate::Invalid;
 
 /// What the data fixes about a model: vocabulary, sequence length, classes.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,21 +46,12 @@ pub(crate) fn head<B: Backend>(input: &InputSpec, d_in: usize, p: f64, device: &
     })
 }
 
-/// `v` as a count: at least 1.
-pub(crate) fn positive(name: &str, v: usize) -> Result<(), String> {
-    if v == 0 {
-        Err(format!("`{name}` must be at least 1"))
-    } else {
-        Ok(())
-    }
-}
-
 /// The two dropout probabilities every architecture has, `embedding_dropout` and `dropout`: each in
 /// [0, 1).
-pub(crate) fn dropouts(embedding_dropout: f64, dropout: f64) -> Result<(), String> {
+pub(crate) fn dropouts(embedding_dropout: f64, dropout: f64) -> Result<(), Invalid> {
     for (name, p) in [("embedding_dropout", embedding_dropout), ("dropout", dropout)] {
         if !(0.0..1.0).contains(&p) {
-            return Err(format!("`{name}` must be in [0, 1), got {p}"));
+            return Err(Invalid::at(name, format!("`{name}` must be in [0, 1), got {p}")));
         }
     }
     Ok(())

@@ -5,8 +5,9 @@ use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderLayer};
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
-use super::shared::{dropouts, embedding, head, positive, InputSpec};
+use super::shared::{dropouts, embedding, head, InputSpec};
 use crate::blocks::{Block, EncoderBlock};
+use crate::{positive, Invalid};
 
 /// Token + learned position embedding → encoder layers with a padding mask → masked mean → linear.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -55,13 +56,14 @@ impl Default for TransformerConfig {
 
 impl TransformerConfig {
     /// Checks the hyper-parameters; the message names the offending field.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), Invalid> {
         positive("d_model", self.d_model)?;
         positive("heads", self.heads)?;
         positive("layers", self.layers)?;
         positive("d_ff", self.d_ff)?;
         if !self.d_model.is_multiple_of(self.heads) {
-            return Err(format!("`d_model` ({}) must be divisible by `heads` ({})", self.d_model, self.heads));
+            let message = format!("`d_model` ({}) must be divisible by `heads` ({})", self.d_model, self.heads);
+            return Err(Invalid::at("d_model", message));
         }
         dropouts(self.embedding_dropout, self.dropout)
     }

@@ -11,6 +11,7 @@ use tandem_train::TrainConfig;
 
 use super::config::{Balance, ModelParallelConfig};
 use super::stage::{MicroBatch, Stage};
+use crate::kind::BuildError;
 
 /// Cut points that split blocks of the given costs into `stages` contiguous stages whose
 /// largest total cost is as small as possible (the pipeline runs at the pace of its slowest stage).
@@ -105,10 +106,11 @@ pub(super) fn choose_cuts<B: AutodiffBackend>(
     pool: &rayon::ThreadPool,
     device: &B::Device,
     profile_data: &Encoded,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, BuildError> {
     let pieces = config.pieces();
     if pieces > model.num_blocks() {
-        return Err(format!("cannot cut a model of {} blocks into {pieces} stages", model.num_blocks()));
+        let message = format!("cannot cut a model of {} blocks into {pieces} stages", model.num_blocks());
+        return Err(BuildError::Mismatch(message));
     }
     Ok(match (&config.cuts, config.balance) {
         (Some(cuts), _) => cuts.clone(),
@@ -119,7 +121,9 @@ pub(super) fn choose_cuts<B: AutodiffBackend>(
         }
         (None, Balance::Time) => {
             let micro_size = train.batch_size.div_ceil(config.schedule.micro_batches(config.micro_batches));
-            let costs = pool.install(|| profile_blocks(model, train, profile_data, micro_size, device))?;
+            let costs = pool
+                .install(|| profile_blocks(model, train, profile_data, micro_size, device))
+                .map_err(BuildError::Profile)?;
             balanced_cuts(&costs, pieces)
         }
     })

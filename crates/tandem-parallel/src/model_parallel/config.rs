@@ -2,11 +2,12 @@
 
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
+use tandem_models::{positive, Invalid};
 use tandem_train::Strategy;
 
 use super::ModelParallel;
 use crate::compression::CompressionConfig;
-use crate::kind::{Ingredients, StrategyKind};
+use crate::kind::{check_timeout, BuildError, Ingredients, StrategyKind};
 use crate::link::Interconnect;
 use crate::schedule::{Layout, Schedule};
 
@@ -127,29 +128,24 @@ impl StrategyKind for ModelParallelConfig {
         format!("model-parallel{}", self.settings_label())
     }
 
-    fn validate(&self) -> Result<(), String> {
-        if self.stages == 0 {
-            return Err("`stages` must be at least 1".into());
-        }
-        if self.micro_batches == 0 {
-            return Err("`micro_batches` must be at least 1".into());
-        }
+    fn validate(&self) -> Result<(), Invalid> {
+        positive("stages", self.stages)?;
+        positive("micro_batches", self.micro_batches)?;
         self.schedule.check_virtual_stages(self.virtual_stages)?;
         if let Some(cuts) = &self.cuts {
             if cuts.len() + 1 != self.pieces() {
-                return Err(match self.virtual_stages {
+                let message = match self.virtual_stages {
                     1 => format!("`cuts` {cuts:?} make {} stages but `stages` is {}", cuts.len() + 1, self.stages),
                     v => format!(
                         "`cuts` {cuts:?} make {} stages but `stages` × `virtual_stages` is {} × {v}",
                         cuts.len() + 1,
                         self.stages
                     ),
-                });
+                };
+                return Err(Invalid::at("cuts", message));
             }
         }
-        if !(self.timeout_seconds > 0.0 && self.timeout_seconds <= 1e6) {
-            return Err(format!("`timeout_seconds` must be in (0, 1e6], got {}", self.timeout_seconds));
-        }
+        check_timeout(self.timeout_seconds)?;
         self.compression.validate()?;
         self.interconnect.validate()
     }
@@ -162,7 +158,7 @@ impl StrategyKind for ModelParallelConfig {
         Some(self)
     }
 
-    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, String> {
+    fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError> {
         Ok(Box::new(ModelParallel::for_job(with.model, with.train, self, with.devices, with.data, with.ranks)?))
     }
 }
@@ -200,14 +196,14 @@ mod tests {
     fn virtual_stages_need_an_interleaved_schedule_and_matching_cuts() {
         let one_f_one_b =
             ModelParallelConfig { virtual_stages: 2, schedule: Schedule::ONE_F_ONE_B, ..Default::default() };
-        assert!(one_f_one_b.validate().unwrap_err().contains("virtual_stages"));
+        assert!(one_f_one_b.validate().unwrap_err().field.as_deref() == Some("virtual_stages"));
         let cuts = ModelParallelConfig {
             virtual_stages: 2,
             schedule: Schedule::INTERLEAVED_1F1B,
             cuts: Some(vec![1]),
             ..Default::default()
         };
-        assert!(cuts.validate().unwrap_err().contains("2 × 2"));
+        assert!(cuts.validate().unwrap_err().to_string().contains("2 × 2"));
         assert_eq!(ModelParallelConfig { virtual_stages: 3, ..Default::default() }.pieces(), 6);
     }
 

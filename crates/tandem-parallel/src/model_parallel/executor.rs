@@ -1,8 +1,8 @@
 //! The executor: runs one device's timetable ([`crate::schedule`]) for every global batch of an
 //! epoch — the passes of its stages, the sends and receives between stages, global-norm
 //! clipping and the optimizer step — and asks the device's [`StepPolicy`], if any, what each
-//! batch does. It runs any valid list of actions; what a schedule or a policy decides is not
-//! its business.
+//! batch does: a real step (the schedule's actions) or a local one (a [`LocalStep`]'s actions).
+//! It runs any valid list of actions; what a schedule or a policy decides is not its business.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -26,7 +26,9 @@ use super::wiring::{Ends, Placement};
 use crate::compression::Codec;
 use crate::link::{LinkReceiver, LinkSender, RecvError};
 use crate::ranks::cross_rank_timeout;
-use crate::schedule::{Action, Pass};
+#[cfg(doc)]
+use crate::schedule::LocalStep;
+use crate::schedule::{Action, OwnInput, Pass};
 use crate::shard::shard_ranges;
 use crate::supervisor::{Failure, Gate, Reporter};
 
@@ -58,13 +60,6 @@ pub(super) struct DeviceWork<'a, B: AutodiffBackend> {
 /// Bytes counted for one label sent to a stage that would not have it under vanilla model
 /// parallelism (an `i32`, as token ids travel).
 pub const LABEL_BYTES: u64 = 4;
-
-/// Which stages of a device train in a local step (see [`StepPlan::Local`]).
-struct Roles {
-    first: bool,
-    transfer: bool,
-    replay: bool,
-}
 
 /// Values waiting between a pass and a transfer, by (what, stage, micro-batch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,14 +110,22 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
             };
             let replayed = match plan_of_step {
                 StepPlan::Train { replayed } => replayed,
-                StepPlan::Local { first, transfer, replay } => {
-                    let roles = Roles { first: first || transfer, transfer, replay };
-                    let losses = self.train_locally(batch, number, roles, shared, &mut epoch, reporter)?;
+                StepPlan::Local(step) => {
+                    let running = Running { number, indices: batch, ranges: shard_ranges(batch.len(), 1) };
+                    self.execute_all(
+                        step.actions(&config.layout(1), self.device),
+                        &running,
+                        &mut mailbox,
+                        shared,
+                        &mut epoch,
+                        reporter,
+                    )?;
+                    let losses = std::mem::take(&mut mailbox.own_losses);
                     if let Some(policy) = self.policy.as_mut() {
                         policy.after_local(&losses);
                     }
                     // A transfer brings the batch to the last stage, which trains on it.
-                    if holds_last && !transfer {
+                    if holds_last && !step.transfer {
                         epoch.skipped_samples += batch.len();
                     }
                     reporter.step(batch.len());
@@ -150,12 +153,8 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
             let loss_before = epoch.loss_sum;
             let micro = config.micro_batches_for(indices.len());
             let running = Running { number, indices, ranges: shard_ranges(indices.len(), micro) };
-            for action in config.schedule.actions(&config.layout(micro), self.device) {
-                if shared.stop.load(Ordering::SeqCst) {
-                    return Err(Failure::elsewhere("stopped"));
-                }
-                self.execute(action, &running, &mut mailbox, shared, &mut epoch, reporter)?;
-            }
+            let actions = config.schedule.actions(&config.layout(micro), self.device);
+            self.execute_all(actions, &running, &mut mailbox, shared, &mut epoch, reporter)?;
             self.update(shared, plan.first_step + number, &mut epoch)?;
             if let Some(policy) = self.policy.as_mut() {
                 let loss = holds_last.then(|| (epoch.loss_sum - loss_before) / indices.len() as f64);
@@ -183,6 +182,25 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
     /// Where stage `id` sits among the device's stages.
     fn local(&self, id: usize) -> Result<usize, Failure> {
         self.ids.iter().position(|&s| s == id).ok_or_else(|| Failure::own(format!("stage {id} does not run here")))
+    }
+
+    /// Runs `actions` in order, stopping when the run is stopped.
+    fn execute_all(
+        &mut self,
+        actions: Vec<Action>,
+        batch: &Running,
+        mailbox: &mut Mailbox<B>,
+        shared: &Shared,
+        epoch: &mut DeviceEpoch,
+        reporter: &Reporter<DeviceEpoch>,
+    ) -> Result<(), Failure> {
+        for action in actions {
+            if shared.stop.load(Ordering::SeqCst) {
+                return Err(Failure::elsewhere("stopped"));
+            }
+            self.execute(action, batch, mailbox, shared, epoch, reporter)?;
+        }
+        Ok(())
     }
 
     fn execute(
@@ -269,6 +287,11 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
                 let value = mailbox.receive(on, batch, micro, shared, epoch)?;
                 mailbox.put(Slot::OutputGradient, id, micro, value);
             }
+            Action::TrainOwn { stage: id, input, sends } => {
+                if let Some(output) = self.train_own(id, input, batch, mailbox, shared, epoch)?.filter(|_| sends) {
+                    mailbox.put(Slot::Output, id, 0, output);
+                }
+            }
         }
         Ok(())
     }
@@ -293,72 +316,57 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
         payload
     }
 
-    /// A step without end-to-end gradients (local learning): each of the device's stages trains
-    /// on its own loss — the first on `batch`; a later one on the activations the stage before
-    /// it sends now (`transfer`), else on inputs it received before (`replay`), else not at all —
-    /// clips by its own gradient norm and applies its update.
-    fn train_locally(
+    /// Stage `id`'s step on its own loss (see [`Action::TrainOwn`]): on the batch, on the
+    /// input just received (kept for replay), or on replayed inputs (none buffered: nothing to
+    /// do). Clips by the stage's own gradient norm and applies its update; returns its output
+    /// before the last stage.
+    fn train_own(
         &mut self,
-        batch: &[usize],
-        number: usize,
-        Roles { first, transfer, replay }: Roles,
+        id: usize,
+        input: OwnInput,
+        batch: &Running,
+        mailbox: &mut Mailbox<B>,
         shared: &Shared,
         epoch: &mut DeviceEpoch,
-        reporter: &Reporter<DeviceEpoch>,
-    ) -> Result<Vec<(usize, f64)>, Failure> {
-        let last = shared.config.pieces() - 1;
-        let step = shared.plan.first_step + number;
-        let running = Running { number, indices: batch, ranges: shard_ranges(batch.len(), 1) };
-        let mut mailbox = Mailbox::default();
-        let mut losses = Vec::new();
-        for k in 0..self.stages.len() {
-            let id = self.ids[k];
-            let (samples, input, fresh) = match id {
-                0 if first => (batch.to_vec(), None, true),
-                0 => continue,
-                _ if transfer => {
-                    let (link, codec) = (&self.ends[k].from_previous, &mut self.codecs[k].from_previous);
-                    let device = self.stages[k].device();
-                    let on = Receiving { link, reporter, codec, device, peer: id - 1, slot: Slot::Input, stage: id };
-                    let input = mailbox.receive(on, &running, 0, shared, epoch)?;
-                    self.stages[k].remember(batch, &input);
-                    (batch.to_vec(), Some(input), true)
-                }
-                _ if replay => match self.stages[k].replay(batch.len()) {
-                    Some((samples, input)) => (samples, Some(input), false),
-                    None => continue,
-                },
-                _ => continue,
-            };
-            let computing = Instant::now();
-            let stage = &mut self.stages[k];
-            let data = shared.plan.data.batch::<B>(&samples, stage.device());
-            let input = input.unwrap_or_else(|| Activation::Tokens(data.tokens.inner()));
-            let micro_batch = MicroBatch { mask_pad: &data.mask_pad, labels: data.labels, weight: 1.0 };
-            let own = stage.train_own(input, &micro_batch, id == last).map_err(Failure::own)?;
-            losses.push((id, own.loss));
-            let scale = match shared.train.grad_clip_norm {
-                Some(max_norm) => clip_factor(stage.squared_gradient_norm().sqrt(), max_norm),
-                None => 1.0,
-            };
-            stage.step(shared.train, scale, step, shared.plan.total_steps);
-            epoch.compute += computing.elapsed();
-            match (id == last, fresh) {
-                (true, true) => {
-                    epoch.loss_sum += own.loss * samples.len() as f64;
-                    epoch.correct += own.correct;
-                    epoch.samples += samples.len();
-                }
-                (true, false) => epoch.own_replayed += samples.len(),
-                // Counted at every use, replays included: the most a stage could need to receive.
-                (false, _) => epoch.label_bytes += samples.len() as u64 * LABEL_BYTES,
+    ) -> Result<Option<Wire<B>>, Failure> {
+        let (last, k) = (shared.config.pieces() - 1, self.local(id)?);
+        let fresh = input != OwnInput::Replayed;
+        let (samples, input) = match input {
+            OwnInput::Batch => (batch.indices.to_vec(), None),
+            OwnInput::Received => {
+                let input = mailbox.take(Slot::Input, id, 0)?;
+                self.stages[k].remember(batch.indices, &input);
+                (batch.indices.to_vec(), Some(input))
             }
-            if let (true, Some(output)) = (transfer && id < last, own.output) {
-                let payload = self.pack(k, true, output, &samples, epoch);
-                send::<B>(&mut self.ends[k].to_next, number, 0, payload)?;
+            OwnInput::Replayed => match self.stages[k].replay(batch.indices.len()) {
+                Some((samples, input)) => (samples, Some(input)),
+                None => return Ok(None),
+            },
+        };
+        let computing = Instant::now();
+        let stage = &mut self.stages[k];
+        let data = shared.plan.data.batch::<B>(&samples, stage.device());
+        let input = input.unwrap_or_else(|| Activation::Tokens(data.tokens.inner()));
+        let micro_batch = MicroBatch { mask_pad: &data.mask_pad, labels: data.labels, weight: 1.0 };
+        let own = stage.train_own(input, &micro_batch, id == last).map_err(Failure::own)?;
+        mailbox.own_losses.push((id, own.loss));
+        let scale = match shared.train.grad_clip_norm {
+            Some(max_norm) => clip_factor(stage.squared_gradient_norm().sqrt(), max_norm),
+            None => 1.0,
+        };
+        stage.step(shared.train, scale, shared.plan.first_step + batch.number, shared.plan.total_steps);
+        epoch.compute += computing.elapsed();
+        match (id == last, fresh) {
+            (true, true) => {
+                epoch.loss_sum += own.loss * samples.len() as f64;
+                epoch.correct += own.correct;
+                epoch.samples += samples.len();
             }
+            (true, false) => epoch.own_replayed += samples.len(),
+            // Counted at every use, replays included: the most a stage could need to receive.
+            (false, _) => epoch.label_bytes += samples.len() as u64 * LABEL_BYTES,
         }
-        Ok(losses)
+        Ok(own.output)
     }
 
     /// Clips by the global norm over every device's gradients and applies them.
@@ -406,7 +414,7 @@ fn send<B: AutodiffBackend>(
 ) -> Result<(), Failure> {
     let link = link.as_mut().ok_or_else(|| Failure::own("send on a link that does not exist"))?;
     let bytes = payload.bytes();
-    link.send((batch, micro, payload), bytes).map_err(Failure::elsewhere)
+    link.send((batch, micro, payload), bytes).map_err(|e| Failure::elsewhere(e.to_string()))
 }
 
 /// Where a receive comes from: a stage's link end and codec, the stage that sends on it, and
@@ -422,15 +430,17 @@ struct Receiving<'r, B: AutodiffBackend> {
     stage: usize,
 }
 
-/// The values between passes and transfers, and messages that arrived before they were due.
+/// The values between passes and transfers, messages that arrived before they were due, and
+/// the losses of a local step's stages (in model order, for the policy).
 struct Mailbox<B: AutodiffBackend> {
     slots: HashMap<(Slot, usize, usize), Wire<B>>,
     early: HashMap<(Slot, usize, usize), Wire<B>>,
+    own_losses: Vec<(usize, f64)>,
 }
 
 impl<B: AutodiffBackend> Default for Mailbox<B> {
     fn default() -> Self {
-        Self { slots: HashMap::new(), early: HashMap::new() }
+        Self { slots: HashMap::new(), early: HashMap::new(), own_losses: Vec::new() }
     }
 }
 

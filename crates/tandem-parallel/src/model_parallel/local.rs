@@ -12,7 +12,7 @@ use tandem_models::{Activation, Classifier};
 use tandem_train::bytes::{Reader, Writer};
 use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::AnyOptimizer;
-use tandem_train::{StateParts, TrainConfig};
+use tandem_train::{StateError, StateParts, TrainConfig};
 
 use super::wire::Wire;
 
@@ -89,7 +89,7 @@ impl<B: AutodiffBackend> Local<B> {
     }
 
     /// The head, the optimizer's state and the buffer, for a checkpoint.
-    pub fn state(&self) -> Result<StateParts, String> {
+    pub fn state(&self) -> Result<StateParts, StateError> {
         let mut state = StateParts::default();
         if let Some(head) = &self.head {
             state.put("head", model_bytes(head.module.as_ref().expect("held between steps"))?);
@@ -110,7 +110,7 @@ impl<B: AutodiffBackend> Local<B> {
     }
 
     /// Continues from [`Local::state`], on `device`.
-    pub fn restore(&mut self, state: &StateParts, device: &B::Device) -> Result<(), String> {
+    pub fn restore(&mut self, state: &StateParts, device: &B::Device) -> Result<(), StateError> {
         if let Some(head) = &mut self.head {
             let module = head.module.take().expect("held between steps");
             head.module = Some(load_model_bytes(module, state.get("head")?, device)?);
@@ -119,8 +119,13 @@ impl<B: AutodiffBackend> Local<B> {
         let mut input = Reader(state.get("buffer")?);
         let cursor = input.count()?;
         let buffer = (0..input.count()?)
-            .map(|_| Ok((input.counts()?, Activation::from_data(input.tensor_data()?, device)?)))
-            .collect::<Result<VecDeque<_>, String>>()?;
+            .map(|_| {
+                let samples = input.counts()?;
+                let value = Activation::from_data(input.tensor_data()?, device)
+                    .map_err(|e| StateError::Damaged(e.to_string()))?;
+                Ok((samples, value))
+            })
+            .collect::<Result<VecDeque<_>, StateError>>()?;
         input.end()?;
         (self.buffer, self.cursor) = (buffer, cursor);
         Ok(())

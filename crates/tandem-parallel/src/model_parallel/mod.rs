@@ -36,7 +36,7 @@ use burn::tensor::{Bool, Int, Tensor};
 use tandem_data::Encoded;
 use tandem_models::{Activation, AuxHeadConfig, Classifier};
 use tandem_train::bytes::{Reader, Writer};
-use tandem_train::{EpochPlan, StateParts, Strategy, TrainConfig, TrainError, TrainStats};
+use tandem_train::{EpochPlan, StateError, StateParts, Strategy, TrainConfig, TrainError, TrainStats};
 
 pub use balance::{balanced_cuts, profile_blocks};
 pub use config::{Balance, ModelParallelConfig};
@@ -52,6 +52,7 @@ use payload::StageCodecs;
 use scalar_sum::ScalarSum;
 use wiring::{wire_up, AcrossRanks, Placement};
 
+use crate::kind::BuildError;
 use crate::kind::StrategyKind;
 use crate::ranks::{check_same_parameters, cross_rank_timeout, RankLink, Ranks};
 use crate::supervisor::{thread_pools, Gate, Stopped, Supervisor};
@@ -86,10 +87,11 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         config: &ModelParallelConfig,
         devices: Vec<B::Device>,
         profile_data: &Encoded,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BuildError> {
         config.validate()?;
         if devices.len() != config.stages {
-            return Err(format!("{} stages need {} devices, got {}", config.stages, config.stages, devices.len()));
+            let message = format!("{} stages need {} devices, got {}", config.stages, config.stages, devices.len());
+            return Err(BuildError::Mismatch(message));
         }
         let pools = thread_pools(config.stages, train.threads, "stage")?;
         let cuts = choose_cuts(&model, train, config, &pools[0], &devices[0], profile_data)?;
@@ -109,21 +111,21 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         local_devices: Vec<B::Device>,
         profile_data: &Encoded,
         ranks: &dyn Ranks,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BuildError> {
         config.validate()?;
         let (size, rank) = (ranks.size(), ranks.rank());
         if !config.stages.is_multiple_of(size) {
-            return Err(format!(
+            return Err(BuildError::Mismatch(format!(
                 "`stages` = {} cannot be spread evenly over the job's {size} ranks: make it a multiple of {size}",
                 config.stages
-            ));
+            )));
         }
         let per_rank = config.stages / size;
         if local_devices.len() != per_rank {
-            return Err(format!(
+            return Err(BuildError::Mismatch(format!(
                 "{per_rank} stages per rank need {per_rank} devices on each rank, got {}",
                 local_devices.len()
-            ));
+            )));
         }
         check_same_parameters(ranks, &model)?;
         let pools = thread_pools(per_rank, train.threads, "stage")?;
@@ -138,7 +140,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             .filter(|c| !c.is_empty())
             .map(str::parse)
             .collect::<Result<Vec<usize>, _>>()
-            .map_err(|e| format!("rank 0's cut points {text:?}: {e}"))?;
+            .map_err(|e| BuildError::Mismatch(format!("rank 0's cut points {text:?}: {e}")))?;
         let local = rank * per_rank..(rank + 1) * per_rank;
         let placement = Placement { local, per_rank, ranks: size, devices: config.stages };
         let devices = (0..config.pieces())
@@ -166,7 +168,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         devices: Vec<B::Device>,
         profile_data: &Encoded,
         ranks: Option<&dyn Ranks>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BuildError> {
         match ranks {
             Some(ranks) => Self::across_ranks(model, train, config, devices, profile_data, ranks),
             None => Self::new(model, train, config, devices, profile_data),
@@ -181,8 +183,8 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         devices: Vec<B::Device>,
         pools: Vec<rayon::ThreadPool>,
         placement: Placement,
-    ) -> Result<Self, String> {
-        let modules = model.split(&cuts).map_err(|e| format!("`cuts`: {e}"))?;
+    ) -> Result<Self, BuildError> {
+        let modules = model.split(&cuts).map_err(|e| BuildError::Mismatch(format!("`cuts`: {e}")))?;
         let stages: Vec<Stage<B>> = modules.into_iter().zip(devices).map(|(m, d)| Stage::new(m, train, d)).collect();
         let snapshot = stages.iter().map(|s| s.module().clone()).collect();
         let codecs = stages.iter().map(|_| StageCodecs::new(&config.compression)).collect();
@@ -203,10 +205,11 @@ impl<B: AutodiffBackend> ModelParallel<B> {
     }
 
     /// Gives each device a [`StepPolicy`] (one per device, in device order).
-    pub fn with_policies(mut self, policies: Vec<Box<dyn StepPolicy<B>>>) -> Result<Self, String> {
+    pub fn with_policies(mut self, policies: Vec<Box<dyn StepPolicy<B>>>) -> Result<Self, BuildError> {
         let devices = self.config.stages;
         if policies.len() != devices {
-            return Err(format!("{devices} stages need {devices} step policies, got {}", policies.len()));
+            let message = format!("{devices} stages need {devices} step policies, got {}", policies.len());
+            return Err(BuildError::Mismatch(message));
         }
         self.policies = policies;
         Ok(self)
@@ -403,7 +406,7 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
     /// Every stage's parameters and optimizer state, and every device's policy state. In a
     /// multi-process job this is the process's own view (its stages' optimizers and policies;
     /// the other stages' parameters as gathered after the point), which it resumes from.
-    fn state(&self) -> Result<StateParts, String> {
+    fn state(&self) -> Result<StateParts, StateError> {
         let mut state = StateParts::default();
         state.put(CUTS, Writer::default().counts(&self.cuts).0.clone());
         for (s, stage) in self.stages.iter().enumerate() {
@@ -422,9 +425,12 @@ impl<B: AutodiffBackend> Strategy<B> for ModelParallel<B> {
         Ok(state)
     }
 
-    fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+    fn restore(&mut self, state: &StateParts) -> Result<(), StateError> {
         if let Some(cuts) = checkpoint_cuts(state)?.filter(|c| *c != self.cuts) {
-            return Err(format!("the checkpoint's stages are cut at {cuts:?}, this run's at {:?}", self.cuts));
+            return Err(StateError::Mismatch(format!(
+                "the checkpoint's stages are cut at {cuts:?}, this run's at {:?}",
+                self.cuts
+            )));
         }
         for (s, stage) in self.stages.iter_mut().enumerate() {
             stage.restore(&StateParts::from_bytes(state.get(&format!("stage.{s}"))?)?)?;
@@ -450,7 +456,7 @@ const CUTS: &str = "cuts";
 /// Where a checkpointed model-parallel run cut its model (`None` in a checkpoint without the
 /// part): a resumed run must cut there too (a balance by time measures anew, and may cut
 /// elsewhere).
-pub fn checkpoint_cuts(state: &StateParts) -> Result<Option<Vec<usize>>, String> {
+pub fn checkpoint_cuts(state: &StateParts) -> Result<Option<Vec<usize>>, StateError> {
     match state.get(CUTS) {
         Ok(bytes) => Reader(bytes).counts().map(Some),
         Err(_) => Ok(None),

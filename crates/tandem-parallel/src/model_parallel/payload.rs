@@ -4,6 +4,7 @@
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorData;
 use tandem_models::Activation;
+use tandem_train::StateError;
 
 use super::wire::{wire_bytes, Wire};
 use crate::compression::{Codec, CompressionConfig};
@@ -71,10 +72,10 @@ impl StageCodecs {
     }
 
     /// Continues from [`StageCodecs::state`].
-    pub fn restore(&mut self, parts: &[&[u8]]) -> Result<(), String> {
+    pub fn restore(&mut self, parts: &[&[u8]]) -> Result<(), StateError> {
         let codecs = [&mut self.to_next, &mut self.from_previous, &mut self.to_previous, &mut self.from_next];
         if parts.len() != codecs.len() {
-            return Err("the checkpoint's compression state has the wrong number of parts".into());
+            return Err(StateError::Damaged("the checkpoint's compression state has the wrong number of parts".into()));
         }
         codecs.into_iter().zip(parts).try_for_each(|(codec, bytes)| codec.restore_memory(bytes))
     }
@@ -109,5 +110,5 @@ pub fn unpack<B: AutodiffBackend>(
     let len = packed.dims.iter().product();
     let cols = *packed.dims.last().ok_or("a packed value without a shape")?;
     let values = codec.decode(&packed.bytes, len, cols, samples)?;
-    Activation::from_data(TensorData::new(values, packed.dims), device)
+    Activation::from_data(TensorData::new(values, packed.dims), device).map_err(|e| e.to_string())
 }

@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use burn::tensor::backend::AutodiffBackend;
 use tandem_data::Encoded;
 use tandem_results::SyncFigures;
+use tandem_train::StateError;
 
 use super::scalar_sum::ScalarSum;
 use super::stage::Stage;
+use crate::schedule::LocalStep;
 use crate::supervisor::Failure;
 
 /// What a device does with a global batch.
@@ -24,11 +26,8 @@ pub enum StepPlan {
     /// earlier batches trained on again; empty for none).
     Train { replayed: Vec<usize> },
     /// No end-to-end step: each of the device's stages trains on its own loss (local learning;
-    /// no gradient crosses a boundary). The first stage trains on the batch (with `first`, or
-    /// `transfer`, which sends its output on); a later stage on
-    /// the activations the stage before it sends now (`transfer`; every device must agree),
-    /// else, with `replay`, on inputs it received at earlier steps, else not at all.
-    Local { first: bool, transfer: bool, replay: bool },
+    /// no gradient crosses a boundary), as the [`LocalStep`] says.
+    Local(LocalStep),
     /// No model-parallel step: the policy has done whatever it does locally.
     Skip,
 }
@@ -102,9 +101,9 @@ pub trait StepPolicy<B: AutodiffBackend>: Send {
     /// Bytes of control messages this device sent in the current epoch.
     fn control_bytes(&self) -> u64;
     /// The policy's state between steps, to checkpoint a run (an error where it cannot be).
-    fn state(&self) -> Result<Vec<u8>, String>;
+    fn state(&self) -> Result<Vec<u8>, StateError>;
     /// Continues from [`StepPolicy::state`]'s bytes, with tensors on the device's `device`.
-    fn restore(&mut self, state: &[u8], device: &B::Device) -> Result<(), String>;
+    fn restore(&mut self, state: &[u8], device: &B::Device) -> Result<(), StateError>;
     /// The epoch's protocol figures (names, step counts, horizons, forecast error); starts a new
     /// epoch. The pipeline fills in the figures over all devices (control bytes, prediction
     /// time, replayed samples).

@@ -91,7 +91,7 @@ fn send_out<B: AutodiffBackend>(
         let bytes = encode::<B>(batch, micro, value);
         relayed.bytes += bytes.len() as u64;
         let sending = Instant::now();
-        link.send(to, bytes, timeout, stop)?;
+        link.send(to, bytes, timeout, stop).map_err(|e| e.to_string())?;
         relayed.busy += sending.elapsed();
     }
 }
@@ -116,7 +116,7 @@ fn receive_in<B: AutodiffBackend>(
     let mut last_arrival = Instant::now();
     while !done.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
         let receiving = Instant::now();
-        let Some(bytes) = link.try_receive(from, timeout, stop)? else {
+        let Some(bytes) = link.try_receive(from, timeout, stop).map_err(|e| e.to_string())? else {
             // Poll tightly just after traffic (a pipeline's messages come in bursts), then
             // gently, leaving the cores to the stages.
             let pause = if last_arrival.elapsed() < Duration::from_millis(2) { 5 } else { 100 };
@@ -184,7 +184,7 @@ fn decode<B: AutodiffBackend>(bytes: &[u8], device: &B::Device) -> Result<Messag
     let data = TensorData::from_bytes_vec(values, dims, if kind == 0 { DType::I32 } else { DType::F32 });
     let value = match (kind, rank) {
         (0, 2) => Activation::Tokens(Tensor::<B::InnerBackend, 2, Int>::from_data(data, device)),
-        (1, 3) | (2, 2) => Activation::from_data(data, device)?,
+        (1, 3) | (2, 2) => Activation::from_data(data, device).map_err(|e| e.to_string())?,
         _ => return Err(format!("unknown activation kind {kind} of {rank} dimensions")),
     };
     Ok((batch, micro, Payload::Values(value)))

@@ -16,7 +16,7 @@ use burn::tensor::{Bool, Int, Tensor};
 use tandem_models::{Activation, Classifier};
 use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::{self, AnyOptimizer};
-use tandem_train::{StateParts, TrainConfig};
+use tandem_train::{StateError, StateParts, TrainConfig};
 
 use super::local::Local;
 use super::wire::Wire;
@@ -162,7 +162,12 @@ impl<B: AutodiffBackend> Stage<B> {
     /// A step on the stage's own loss, with no gradient to or from another stage (local
     /// learning): the task loss on the last stage (`last`), the auxiliary head's loss before it.
     /// Accumulates the gradients for [`Stage::step`].
-    pub fn train_own(&mut self, input: Wire<B>, batch: &MicroBatch<B>, last: bool) -> Result<OwnStep<B>, String> {
+    pub(crate) fn train_own(
+        &mut self,
+        input: Wire<B>,
+        batch: &MicroBatch<B>,
+        last: bool,
+    ) -> Result<OwnStep<B>, String> {
         let input = attach_values::<B>(input, &self.device);
         let module = fresh_leaves(self.module());
         let output = module.forward_activation(input, batch.mask_pad);
@@ -213,7 +218,7 @@ impl<B: AutodiffBackend> Stage<B> {
     /// Backward pass of micro-batch `micro`: `grad` is the gradient of the loss with respect to
     /// this stage's output (`None` on the last stage). Accumulates the parameters' gradients and
     /// returns the gradient with respect to the stage's input (`None` on the first stage).
-    pub fn backward(&mut self, micro: usize, grad: Option<Wire<B>>) -> Result<Option<Wire<B>>, String> {
+    pub(crate) fn backward(&mut self, micro: usize, grad: Option<Wire<B>>) -> Result<Option<Wire<B>>, String> {
         let pending =
             self.pending.remove(&micro).ok_or_else(|| format!("backward of micro-batch {micro} before its forward"))?;
         let seed = match (pending.output, grad) {
@@ -289,7 +294,7 @@ impl<B: AutodiffBackend> Stage<B> {
     }
 
     /// The stage's parameters and optimizer state, between steps.
-    pub(crate) fn state(&self) -> Result<StateParts, String> {
+    pub(crate) fn state(&self) -> Result<StateParts, StateError> {
         let mut state = StateParts::default();
         state.put("module", model_bytes(self.module())?);
         state.put("optimizer", self.optimizer.state()?.to_bytes());
@@ -300,7 +305,7 @@ impl<B: AutodiffBackend> Stage<B> {
     }
 
     /// Continues from [`Stage::state`]'s parts.
-    pub(crate) fn restore(&mut self, state: &StateParts) -> Result<(), String> {
+    pub(crate) fn restore(&mut self, state: &StateParts) -> Result<(), StateError> {
         let module = self.module.take().expect(HELD);
         self.module = Some(load_model_bytes(module, state.get("module")?, &self.device)?);
         self.optimizer.restore(&StateParts::from_bytes(state.get("optimizer")?)?, &self.device)?;

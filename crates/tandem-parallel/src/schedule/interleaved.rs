@@ -6,6 +6,8 @@
 //! order, and after a warm-up alternates one forward with one backward, as Megatron-LM does
 //! (which needs the micro-batches to fill whole groups; otherwise all forwards run first).
 
+use tandem_models::Invalid;
+
 use super::{Layout, Pass, PipelineSchedule};
 
 pub struct Interleaved1F1B;
@@ -15,11 +17,14 @@ impl PipelineSchedule for Interleaved1F1B {
         "interleaved-1f1b"
     }
 
-    fn check_virtual_stages(&self, virtual_stages: usize) -> Result<(), String> {
+    fn check_virtual_stages(&self, virtual_stages: usize) -> Result<(), Invalid> {
         match virtual_stages {
-            0 | 1 => Err(format!(
-                "schedule `{}` needs at least 2 stages per device (`virtual_stages`), got {virtual_stages}",
-                self.name()
+            0 | 1 => Err(Invalid::at(
+                "virtual_stages",
+                format!(
+                    "schedule `{}` needs at least 2 stages per device (`virtual_stages`), got {virtual_stages}",
+                    self.name()
+                ),
             )),
             _ => Ok(()),
         }

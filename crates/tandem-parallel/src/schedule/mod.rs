@@ -6,19 +6,23 @@
 //! A schedule is data: for each device it emits the list of [`Action`]s to run, in order —
 //! forward and backward passes and the sends and receives between stages — and one executor runs
 //! any such list. A schedule file implements [`PipelineSchedule`] (usually just the order of the
-//! passes; [`lower`] adds the sends and receives) and is listed in [`SCHEDULES`].
+//! passes; [`lower`] adds the sends and receives) and is listed in [`SCHEDULES`]. A step of
+//! local learning is lowered to actions too ([`LocalStep`]), so the same executor runs it.
 
 mod gpipe;
 mod interleaved;
+mod local;
 mod naive;
 mod one_f_one_b;
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tandem_models::Invalid;
 
 pub use gpipe::GPipe;
 pub use interleaved::Interleaved1F1B;
+pub use local::LocalStep;
 pub use naive::Naive;
 pub use one_f_one_b::OneFOneB;
 
@@ -72,6 +76,22 @@ pub enum Action {
     ReceiveGradient { stage: usize, micro: usize },
     /// Sends the gradient of `stage`'s input for `micro` to the stage before it.
     SendGradient { stage: usize, micro: usize },
+    /// Trains `stage` on its own loss (local learning): forward and backward through the stage
+    /// and, before the last stage, its auxiliary head; clipping by the stage's own gradient norm
+    /// and its optimizer step. With `sends`, its output is kept for a [`Action::SendActivation`]
+    /// of micro-batch 0.
+    TrainOwn { stage: usize, input: OwnInput, sends: bool },
+}
+
+/// What a stage trains on in an [`Action::TrainOwn`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OwnInput {
+    /// The global batch's tokens (the first stage).
+    Batch,
+    /// The activations just received from the stage before it (micro-batch 0).
+    Received,
+    /// Inputs it received at earlier steps, from its replay buffer (nothing when it is empty).
+    Replayed,
 }
 
 /// A pipeline schedule (one file each; see the module docs).
@@ -85,10 +105,13 @@ pub trait PipelineSchedule: Sync {
     }
 
     /// Checks that the schedule can run `virtual_stages` stages per device.
-    fn check_virtual_stages(&self, virtual_stages: usize) -> Result<(), String> {
+    fn check_virtual_stages(&self, virtual_stages: usize) -> Result<(), Invalid> {
         match virtual_stages {
             1 => Ok(()),
-            v => Err(format!("schedule `{}` runs one stage per device, not {v} (`virtual_stages`)", self.name())),
+            v => Err(Invalid::at(
+                "virtual_stages",
+                format!("schedule `{}` runs one stage per device, not {v} (`virtual_stages`)", self.name()),
+            )),
         }
     }
 
@@ -143,10 +166,10 @@ impl Schedule {
     pub const INTERLEAVED_1F1B: Schedule = Schedule(&Interleaved1F1B);
 
     /// The schedule a manifest names `name`.
-    pub fn named(name: &str) -> Result<Self, String> {
+    pub fn named(name: &str) -> Result<Self, Invalid> {
         SCHEDULES.iter().find(|s| s.name() == name).map(|s| Schedule(*s)).ok_or_else(|| {
             let names: Vec<String> = SCHEDULES.iter().map(|s| format!("\"{}\"", s.name())).collect();
-            format!("unknown schedule `{name}` (expected one of: {})", names.join(", "))
+            Invalid::at("schedule", format!("unknown schedule `{name}` (expected one of: {})", names.join(", ")))
         })
     }
 
@@ -161,7 +184,7 @@ impl Schedule {
     }
 
     /// Checks that the schedule can run `virtual_stages` stages per device.
-    pub fn check_virtual_stages(&self, virtual_stages: usize) -> Result<(), String> {
+    pub fn check_virtual_stages(&self, virtual_stages: usize) -> Result<(), Invalid> {
         self.0.check_virtual_stages(virtual_stages)
     }
 
@@ -275,7 +298,7 @@ pub(crate) fn check(schedule: &dyn PipelineSchedule, devices: std::ops::Range<us
 
 /// Plays the devices' timetables against each other: a receive is ready once its send was made.
 #[cfg(test)]
-fn completes(plans: &[Vec<Action>]) -> bool {
+pub(crate) fn completes(plans: &[Vec<Action>]) -> bool {
     use std::collections::HashSet;
     let mut next = vec![0usize; plans.len()];
     let mut sent: HashSet<Action> = HashSet::new();
@@ -294,7 +317,7 @@ fn completes(plans: &[Vec<Action>]) -> bool {
                         sent.insert(send);
                         true
                     }
-                    Action::Run(_) => true,
+                    Action::Run(_) | Action::TrainOwn { .. } => true,
                 };
                 if !ready {
                     break;
@@ -318,7 +341,7 @@ mod tests {
         for schedule in SCHEDULES {
             assert_eq!(Schedule::named(schedule.name()).unwrap().name(), schedule.name());
         }
-        let error = Schedule::named("zero-bubble").unwrap_err();
+        let error = Schedule::named("zero-bubble").unwrap_err().to_string();
         assert!(error.contains("zero-bubble") && error.contains("\"1f1b\""), "{error}");
     }
 

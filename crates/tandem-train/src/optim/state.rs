@@ -7,11 +7,11 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 
 use super::{AnyOptimizer, Whole};
-use crate::checkpoint::{load_record_bytes, record_bytes, StateParts};
+use crate::checkpoint::{load_record_bytes, record_bytes, StateError, StateParts};
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
     /// The optimizer's state as named parts.
-    pub fn state(&self) -> Result<StateParts, String> {
+    pub fn state(&self) -> Result<StateParts, StateError> {
         let mut parts = StateParts::default();
         let whole = match &self.whole {
             Whole::Adam(o) => record_bytes::<B, _>(o.to_record()),
@@ -28,7 +28,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
     }
 
     /// Restores [`AnyOptimizer::state`]'s parts; tensors go to `device`.
-    pub fn restore(&mut self, parts: &StateParts, device: &B::Device) -> Result<(), String> {
+    pub fn restore(&mut self, parts: &StateParts, device: &B::Device) -> Result<(), StateError> {
         let whole = parts.get("whole")?;
         self.whole = match self.whole.clone() {
             Whole::Adam(o) => Whole::Adam(o.load_record(load_record_bytes::<B, _>(whole, device)?)),
@@ -36,12 +36,14 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> AnyOptimizer<M, B> {
         };
         if let Some(lazy) = &mut self.lazy {
             let time = parts.get("lazy.time")?;
-            lazy.time = u64::from_le_bytes(time.try_into().map_err(|_| "`lazy.time` is damaged".to_string())?) as usize;
+            lazy.time =
+                u64::from_le_bytes(time.try_into().map_err(|_| StateError::Damaged("`lazy.time` is damaged".into()))?)
+                    as usize;
             lazy.moments = match parts.get("lazy.moments") {
                 Ok(bytes) => {
                     let mut tensors = tensors_from_bytes::<B::InnerBackend>(bytes, device)?;
-                    let v = tensors.pop().ok_or("`lazy.moments` is damaged")?;
-                    let m = tensors.pop().ok_or("`lazy.moments` is damaged")?;
+                    let v = tensors.pop().ok_or_else(moments_damaged)?;
+                    let m = tensors.pop().ok_or_else(moments_damaged)?;
                     Some((m, v))
                 }
                 Err(_) => None,
@@ -67,18 +69,17 @@ fn tensor_bytes<B: burn::tensor::backend::Backend>(tensors: &[&Tensor<B, 2>]) ->
 fn tensors_from_bytes<B: burn::tensor::backend::Backend>(
     mut bytes: &[u8],
     device: &B::Device,
-) -> Result<Vec<Tensor<B, 2>>, String> {
-    let damaged = || "`lazy.moments` is damaged".to_string();
+) -> Result<Vec<Tensor<B, 2>>, StateError> {
     let mut tensors = Vec::new();
     while !bytes.is_empty() {
-        let dim = |b: &[u8], at: usize| -> Result<usize, String> {
-            Ok(u64::from_le_bytes(b.get(at..at + 8).ok_or_else(damaged)?.try_into().unwrap()) as usize)
+        let dim = |b: &[u8], at: usize| -> Result<usize, StateError> {
+            Ok(u64::from_le_bytes(b.get(at..at + 8).ok_or_else(moments_damaged)?.try_into().unwrap()) as usize)
         };
         let (rows, cols) = (dim(bytes, 0)?, dim(bytes, 8)?);
         let len = rows * cols * 4;
         let values: Vec<f32> = bytes
             .get(16..16 + len)
-            .ok_or_else(damaged)?
+            .ok_or_else(moments_damaged)?
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
             .collect();
@@ -86,4 +87,8 @@ fn tensors_from_bytes<B: burn::tensor::backend::Backend>(
         bytes = &bytes[16 + len..];
     }
     Ok(tensors)
+}
+
+fn moments_damaged() -> StateError {
+    StateError::Damaged("`lazy.moments` is damaged".into())
 }
