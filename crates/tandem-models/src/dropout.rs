@@ -3,16 +3,10 @@
 //! runs first, so runs with several workers and dropout repeat bit for bit, and a resumed run
 //! draws what an uninterrupted one drew. Each mask is a [`Draw`]: a counter-based hash of the
 //! element's index, computed the same way on the host (the CPU backends) and in the GPU kernels,
-//! so every backend drops the same elements of the same step.
+//! so every backend drops the same elements of the same step. The operation that applies a mask
+//! is [`crate::ops::rows`]'s.
 
 use std::cell::Cell;
-
-use burn::nn::Dropout;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Tensor, TensorData};
-
-use crate::kernels::dispatch::Known;
-use crate::ops::rows::{on_gpu, RowOp};
 
 thread_local! {
     /// The thread's stream: its key, and the elements drawn from it so far.
@@ -24,27 +18,6 @@ thread_local! {
 pub fn begin_step(seed: u64, worker: usize, step: usize) {
     let key = splitmix(splitmix(splitmix(seed) ^ worker as u64) ^ step as u64);
     STREAM.set((key, 0));
-}
-
-/// `layer`'s dropout of `x` in training (with autodiff); `x` itself otherwise.
-pub fn dropout<B: Backend, const D: usize>(layer: &Dropout, x: Tensor<B, D>) -> Tensor<B, D> {
-    if !B::ad_enabled(&x.device()) {
-        return x;
-    }
-    let Some(draw) = Draw::next(layer.prob, x.shape().num_elements()) else {
-        return x;
-    };
-    if let Some(dropped) = on_gpu(RowOp::Dropout(draw), x.clone()) {
-        return dropped;
-    }
-    if Known::of::<B>() == Known::Other {
-        let keep = 1.0 - layer.prob;
-        return x.clone() * x.random_like(Distribution::Bernoulli(keep)) * (1.0 / keep);
-    }
-    let shape = x.shape();
-    let mask: Vec<f32> = (0..shape.num_elements()).map(|i| draw.factor(i as u32)).collect();
-    let device = x.device();
-    x * Tensor::from_data(TensorData::new(mask, shape), &device)
 }
 
 /// One dropout mask: element `i` (row-major) is kept, and scaled by `scale`, where the top 24 bits
@@ -103,31 +76,4 @@ fn splitmix(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::backend::{Autodiff, NdArray};
-
-    use super::*;
-
-    type B = Autodiff<NdArray>;
-
-    fn mask(seed: u64, worker: usize, step: usize) -> Vec<f32> {
-        begin_step(seed, worker, step);
-        let x = Tensor::<B, 2>::ones([64, 64], &Default::default());
-        dropout(&burn::nn::DropoutConfig::new(0.25).init(), x).into_data().to_vec().unwrap()
-    }
-
-    #[test]
-    fn a_step_of_a_worker_draws_the_same_mask_on_any_thread() {
-        let here = mask(7, 1, 3);
-        let there = std::thread::spawn(|| mask(7, 1, 3)).join().unwrap();
-        assert_eq!(here, there);
-        assert_ne!(here, mask(7, 0, 3));
-        assert_ne!(here, mask(7, 1, 4));
-        let kept = here.iter().filter(|&&v| v > 0.0).count() as f64 / here.len() as f64;
-        assert!((kept - 0.75).abs() < 0.03, "{kept}");
-        assert!(here.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
-    }
 }

@@ -35,8 +35,9 @@ pub use exchange::{CommStats, GradientExchange};
 pub use kind::{BuildError, Ingredients, StrategyKind};
 pub use link::{Interconnect, Preset};
 pub use model_parallel::{
-    balanced_cuts, checkpoint_cuts, profile_blocks, wire_bytes, Balance, MicroBatch, ModelParallel,
-    ModelParallelConfig, OwnStep, Peers, Stage, StepError, StepInput, StepPlan, StepPolicy, Wire, LABEL_BYTES,
+    balanced_cuts, checkpoint_cuts, fresh_leaves, profile_blocks, wire_bytes, AddOnSite, Balance, MicroBatch,
+    ModelParallel, ModelParallelConfig, OwnStep, Peers, Stage, StageAddOn, StepError, StepInput, StepPlan, StepPolicy,
+    Wire, LABEL_BYTES,
 };
 #[cfg(feature = "mpi")]
 pub use mpi_ranks::MpiRanks;

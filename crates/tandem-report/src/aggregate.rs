@@ -5,9 +5,6 @@ use std::collections::BTreeMap;
 
 use tandem_results::{BackendKind, ClassificationMetrics, ReportSettings, Run, RunSummary};
 
-/// The strategy label every other strategy's speedup is measured against.
-pub const BASELINE: &str = "sequential";
-
 /// Mean, sample standard deviation (n − 1; 0 for one value) and count.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Stat {
@@ -58,12 +55,14 @@ pub struct Group<'a> {
     pub model: String,
     pub architecture: String,
     pub strategy: String,
+    /// Whether its runs trained sequentially: the baseline of the other groups' speedups.
+    pub baseline: bool,
     /// E.g. "2 × cpu, 1 thread each".
     pub devices: String,
     pub runs: Vec<&'a Run>,
     pub train_seconds: Stat,
     pub samples_per_second: Stat,
-    /// Against the [`BASELINE`] run of the same model and seed (pairs only).
+    /// Against the sequential run of the same model and seed (see [`baseline_of`]; pairs only).
     pub speedup: Option<Stat>,
     pub accuracy: Stat,
     pub macro_precision: Stat,
@@ -110,12 +109,18 @@ impl<'a> SettingTable<'a> {
         models
     }
 
-    /// The strategies in table order.
+    /// The strategies in table order: the sequential baselines first.
     pub fn strategies(&self) -> Vec<&str> {
-        let mut strategies: Vec<&str> = self.groups.iter().map(|g| g.strategy.as_str()).collect();
-        strategies.sort_by_key(|s| (*s != BASELINE, *s));
+        let mut strategies: Vec<(bool, &str)> =
+            self.groups.iter().map(|g| (!g.baseline, g.strategy.as_str())).collect();
+        strategies.sort();
         strategies.dedup();
-        strategies
+        strategies.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Whether the groups of strategy `label` are sequential baselines.
+    pub fn is_baseline(&self, label: &str) -> bool {
+        self.groups.iter().any(|g| g.strategy == label && g.baseline)
     }
 }
 
@@ -165,9 +170,20 @@ fn groups<'a>(runs: &[&'a Run]) -> Vec<Group<'a>> {
             models.push(&s.model);
             models.len() - 1
         });
-        by_key.entry((model_index, s.strategy != BASELINE, &s.strategy)).or_default().push(run);
+        by_key.entry((model_index, !s.is_sequential(), &s.strategy)).or_default().push(run);
     }
     by_key.into_values().map(|members| group(members, runs)).collect()
+}
+
+/// The sequential run `s` is measured against: of the same model and seed, with the same threads
+/// per device where there is one (else the first).
+fn baseline_of<'a>(s: &RunSummary, all: &[&'a Run]) -> Option<&'a RunSummary> {
+    let candidates: Vec<&RunSummary> = all
+        .iter()
+        .filter_map(|r| r.finished())
+        .filter(|b| b.is_sequential() && b.model == s.model && b.seed == s.seed)
+        .collect();
+    candidates.iter().find(|b| b.threads_per_device == s.threads_per_device).or(candidates.first()).copied()
 }
 
 fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
@@ -180,10 +196,7 @@ fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
     let speedups: Vec<f64> = summaries
         .iter()
         .filter_map(|s| {
-            let baseline = all
-                .iter()
-                .filter_map(|r| r.finished())
-                .find(|b| b.model == s.model && b.seed == s.seed && b.strategy == BASELINE)?;
+            let baseline = baseline_of(s, all)?;
             Some(baseline.train_seconds / s.train_seconds.max(1e-12))
         })
         .collect();
@@ -192,6 +205,7 @@ fn group<'a>(members: Vec<&'a Run>, all: &[&'a Run]) -> Group<'a> {
         model: first.model.clone(),
         architecture: first.architecture.clone(),
         strategy: first.strategy.clone(),
+        baseline: first.is_sequential(),
         devices,
         train_seconds: stat(&|s| s.train_seconds),
         samples_per_second: stat(&|s| s.train_samples_per_second),

@@ -16,7 +16,7 @@
 
 use tandem_results::{PipelineFigures, Protocol, Run, StrategyFigures, SyncFigures, Target};
 
-use crate::aggregate::{Group, SettingTable, Stat, BASELINE};
+use crate::aggregate::{Group, SettingTable, Stat};
 use crate::interval::Interval;
 
 /// How a group cuts communication: a protocol between real steps, or real steps every time over
@@ -242,7 +242,7 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                         && sync(o).is_some_and(|os| os.aux_parameters == s.aux_parameters)
                 })
             });
-            let sequential = same_model.iter().find(|s| s.strategy == BASELINE);
+            let sequential = same_model.iter().find(|s| s.baseline);
             let sync_steps = mean_sync_steps(g);
             let protocol = protocol_of(g);
             let predictor = predictor_of(g);

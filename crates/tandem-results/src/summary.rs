@@ -133,6 +133,12 @@ pub struct RunStart {
 }
 
 impl RunSummary {
+    /// Whether the run trained sequentially (one model on one device, no figures of a parallel
+    /// strategy): the baseline that speedups are measured against.
+    pub fn is_sequential(&self) -> bool {
+        matches!(self.figures, StrategyFigures::Sequential)
+    }
+
     /// The summary of a run that has not trained yet: failed until it ends otherwise, with no
     /// epochs, devices or figures, in this build's format.
     pub fn begun(start: RunStart) -> Self {

@@ -12,15 +12,18 @@
 //!
 //! [`LocalLearningConfig::build`] makes the other protocol: stages that keep learning between
 //! real steps on losses of their own (auxiliary heads, features replay, activations sent
-//! forward only, optionally compressed), each device running a [`LocalPolicy`].
+//! forward only, optionally compressed), each device running a [`LocalPolicy`] and each stage
+//! carrying a [`LocalStage`].
 
 pub mod local;
+pub mod local_stage;
 pub mod policy;
 pub mod predictor;
 pub mod strategy;
 pub mod trigger;
 
 pub use local::{LaterStages, LocalPolicy};
+pub use local_stage::LocalStage;
 pub use policy::PredictivePolicy;
 pub use predictor::{Forecaster, PredictorConfig};
 pub use strategy::{LocalLearningConfig, PredictiveSyncConfig};

@@ -10,6 +10,7 @@ use tandem_parallel::{BuildError, Ingredients, ModelParallel, ModelParallelConfi
 use tandem_train::Strategy;
 
 use crate::local::{Cadence, LaterStages, LocalPolicy};
+use crate::local_stage::LocalStage;
 use crate::policy::PredictivePolicy;
 use crate::predictor::PredictorConfig;
 use crate::trigger::TriggerConfig;
@@ -209,7 +210,9 @@ impl StrategyKind for LocalLearningConfig {
             LaterStages::Predict { .. } => 0,
         };
         let strategy = ModelParallel::for_job(model, train, &self.model_parallel, devices, data, ranks)?
-            .with_local_learning(&self.aux_head, self.aux_weight, replay_samples, data.max_len);
+            .with_add_ons(data.max_len, |site| {
+                Box::new(LocalStage::new(site, &self.aux_head, self.aux_weight, replay_samples))
+            });
         Ok(Box::new(strategy.with_policies(policies)?))
     }
 }

@@ -17,7 +17,7 @@ use cubecl::prelude::*;
 
 use super::{empty_like, one_unit_each};
 use crate::dropout::Draw;
-pub(crate) use crate::ops::rows::RowOp;
+pub(crate) use crate::ops::row_op::RowOp;
 
 /// What the backward kernel of a [`RowOp`] reads, as tensors `T` of the backend.
 #[derive(Clone, Debug)]

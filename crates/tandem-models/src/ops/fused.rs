@@ -28,7 +28,7 @@
 //! stride 1, dilation 1, one group and no padding, and layer norms with the ε of Burn's
 //! `TransformerEncoderConfig` default (`LayerNorm` keeps its own private).
 
-use crate::dropout::dropout;
+use crate::ops::rows::dropout;
 use burn::nn::activation::Activation;
 use burn::nn::attention::MultiHeadAttention;
 use burn::nn::conv::Conv1d;

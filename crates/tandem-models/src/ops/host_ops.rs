@@ -10,7 +10,8 @@ use burn::nn::LayerNorm;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
-use super::rows::{on_gpu, RowOp};
+use super::row_op::RowOp;
+use super::rows::on_gpu;
 use crate::kernels::gelu::Gelu;
 use crate::kernels::host_op;
 use crate::kernels::layer_norm::Normalize;

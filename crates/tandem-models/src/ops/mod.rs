@@ -15,5 +15,6 @@ pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod loss;
 pub(crate) mod recurrence;
+pub(crate) mod row_op;
 pub(crate) mod rows;
 pub(crate) mod windows;

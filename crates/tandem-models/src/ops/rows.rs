@@ -1,25 +1,18 @@
 //! GELU, softmax and dropout on the GPU backends compiled into this crate:
 //! one kernel forward and one backward ([`crate::gpu::GpuKernels::rows_forward`]), one autodiff
-//! node. Burn runs each as five to fifteen tensor operations a pass there.
+//! node. Burn runs each as five to fifteen tensor operations a pass there. Dropout, with the
+//! masks of the thread's stream ([`crate::dropout`]), on every backend.
 
+use burn::nn::Dropout;
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{Distribution, Tensor, TensorData};
 
+use super::row_op::RowOp;
 use crate::dropout::Draw;
+use crate::kernels::dispatch::Known;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use gpu::Rows;
-
-/// An operation over the last dimension of a tensor.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum RowOp {
-    /// `x · Φ(x)`, element by element (Burn's `gelu`).
-    Gelu,
-    /// `exp(x − max) / Σ exp(x − max)` (Burn's `softmax` over the last dimension).
-    Softmax,
-    /// `x` times its factor in the mask `draw` (0 or `1 / keep`), element by element.
-    Dropout(Draw),
-}
 
 /// `op` on `x` (f32) where `B` is a GPU backend compiled into this crate, with autodiff or not;
 /// `None` elsewhere.
@@ -30,6 +23,27 @@ pub(crate) fn on_gpu<B: Backend, const D: usize>(op: RowOp, x: Tensor<B, D>) -> 
     }
     let _ = (op, x);
     None
+}
+
+/// `layer`'s dropout of `x` in training (with autodiff); `x` itself otherwise.
+pub(crate) fn dropout<B: Backend, const D: usize>(layer: &Dropout, x: Tensor<B, D>) -> Tensor<B, D> {
+    if !B::ad_enabled(&x.device()) {
+        return x;
+    }
+    let Some(draw) = Draw::next(layer.prob, x.shape().num_elements()) else {
+        return x;
+    };
+    if let Some(dropped) = on_gpu(RowOp::Dropout(draw), x.clone()) {
+        return dropped;
+    }
+    if Known::of::<B>() == Known::Other {
+        let keep = 1.0 - layer.prob;
+        return x.clone() * x.random_like(Distribution::Bernoulli(keep)) * (1.0 / keep);
+    }
+    let shape = x.shape();
+    let mask: Vec<f32> = (0..shape.num_elements()).map(|i| draw.factor(i as u32)).collect();
+    let device = x.device();
+    x * Tensor::from_data(TensorData::new(mask, shape), &device)
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -80,5 +94,33 @@ mod gpu {
         fn input_gradients(self, tape: Self::Kept, grad: FloatTensor<G>) -> [FloatTensor<G>; 1] {
             [G::rows_backward(tape, grad)]
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, NdArray};
+
+    use super::*;
+    use crate::dropout::begin_step;
+
+    type B = Autodiff<NdArray>;
+
+    fn mask(seed: u64, worker: usize, step: usize) -> Vec<f32> {
+        begin_step(seed, worker, step);
+        let x = Tensor::<B, 2>::ones([64, 64], &Default::default());
+        dropout(&burn::nn::DropoutConfig::new(0.25).init(), x).into_data().to_vec().unwrap()
+    }
+
+    #[test]
+    fn a_step_of_a_worker_draws_the_same_mask_on_any_thread() {
+        let here = mask(7, 1, 3);
+        let there = std::thread::spawn(|| mask(7, 1, 3)).join().unwrap();
+        assert_eq!(here, there);
+        assert_ne!(here, mask(7, 0, 3));
+        assert_ne!(here, mask(7, 1, 4));
+        let kept = here.iter().filter(|&&v| v > 0.0).count() as f64 / here.len() as f64;
+        assert!((kept - 0.75).abs() < 0.03, "{kept}");
+        assert!(here.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
     }
 }

@@ -112,14 +112,9 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
                 StepPlan::Train { replayed } => replayed,
                 StepPlan::Local(step) => {
                     let running = Running { number, indices: batch, ranges: shard_ranges(batch.len(), 1) };
-                    self.execute_all(
-                        step.actions(&config.layout(1), self.device),
-                        &running,
-                        &mut mailbox,
-                        shared,
-                        &mut epoch,
-                        reporter,
-                    )?;
+                    for action in step.actions(&config.layout(1), self.device) {
+                        self.execute(action, &running, &mut mailbox, shared, &mut epoch, reporter)?;
+                    }
                     let losses = std::mem::take(&mut mailbox.own_losses);
                     if let Some(policy) = self.policy.as_mut() {
                         policy.after_local(&losses);
@@ -153,8 +148,9 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
             let loss_before = epoch.loss_sum;
             let micro = config.micro_batches_for(indices.len());
             let running = Running { number, indices, ranges: shard_ranges(indices.len(), micro) };
-            let actions = config.schedule.actions(&config.layout(micro), self.device);
-            self.execute_all(actions, &running, &mut mailbox, shared, &mut epoch, reporter)?;
+            for action in config.schedule.actions(&config.layout(micro), self.device) {
+                self.execute(action, &running, &mut mailbox, shared, &mut epoch, reporter)?;
+            }
             self.update(shared, plan.first_step + number, &mut epoch)?;
             if let Some(policy) = self.policy.as_mut() {
                 let loss = holds_last.then(|| (epoch.loss_sum - loss_before) / indices.len() as f64);
@@ -184,25 +180,7 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
         self.ids.iter().position(|&s| s == id).ok_or_else(|| Failure::own(format!("stage {id} does not run here")))
     }
 
-    /// Runs `actions` in order, stopping when the run is stopped.
-    fn execute_all(
-        &mut self,
-        actions: Vec<Action>,
-        batch: &Running,
-        mailbox: &mut Mailbox<B>,
-        shared: &Shared,
-        epoch: &mut DeviceEpoch,
-        reporter: &Reporter<DeviceEpoch>,
-    ) -> Result<(), Failure> {
-        for action in actions {
-            if shared.stop.load(Ordering::SeqCst) {
-                return Err(Failure::elsewhere("stopped"));
-            }
-            self.execute(action, batch, mailbox, shared, epoch, reporter)?;
-        }
-        Ok(())
-    }
-
+    /// Runs `action`, unless the run was stopped.
     fn execute(
         &mut self,
         action: Action,
@@ -212,6 +190,9 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
         epoch: &mut DeviceEpoch,
         reporter: &Reporter<DeviceEpoch>,
     ) -> Result<(), Failure> {
+        if shared.stop.load(Ordering::SeqCst) {
+            return Err(Failure::elsewhere("stopped"));
+        }
         let last = shared.config.pieces() - 1;
         match action {
             Action::Run(Pass::Forward { stage: id, micro }) => {
@@ -236,7 +217,7 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
                     epoch.correct += correct;
                     epoch.samples += rows.len();
                 } else {
-                    if stage.trains_aux_in_real_steps() {
+                    if stage.trains_add_on_in_real_steps() {
                         epoch.label_bytes += rows.len() as u64 * LABEL_BYTES;
                     }
                     let output = stage.forward(micro, input, &micro_batch);

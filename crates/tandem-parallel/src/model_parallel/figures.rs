@@ -190,7 +190,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         let sync = protocols.into_iter().nth(self.placement.local.start).map(|protocol| SyncFigures {
             control_bytes_per_step: per_step(control as f64),
             label_bytes_per_step: per_step(labels as f64),
-            aux_parameters: self.stages.iter().map(|s| s.aux_parameters()).collect(),
+            aux_parameters: self.stages.iter().map(|s| s.add_on_parameters()).collect(),
             predict_seconds: seconds(|e| e.predict),
             replayed_samples: last.replayed_samples + last.own_replayed,
             ..protocol
@@ -223,7 +223,7 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             communication_share: transfer_share,
             state_bytes: Some(
                 (self.codecs.iter().map(StageCodecs::held_bytes).sum::<usize>()
-                    + self.stages.iter().map(|s| s.replay_bytes()).sum::<usize>()) as f64,
+                    + self.stages.iter().map(|s| s.held_bytes()).sum::<usize>()) as f64,
             ),
             sync,
             across_ranks,

@@ -5,8 +5,8 @@
 //! is relayed over MPI ([`relay`]).
 //!
 //! - [`config`]: the manifest's settings; [`balance`]: where to cut.
-//! - [`stage`]: what runs — one stage's forward and backward passes and optimizer; [`local`]:
-//!   its add-on for local learning; [`wire`]: what crosses a boundary.
+//! - [`stage`]: what runs — one stage's forward and backward passes and optimizer, and what a
+//!   protocol may add to it ([`StageAddOn`]); [`wire`]: what crosses a boundary.
 //! - [`executor`]: one device's timetable run for every batch; [`policy`]: the seam where a
 //!   protocol (predictive sync) decides what each batch does.
 //! - [`wiring`], [`relay`], [`scalar_sum`]: links, relays across ranks, and the scalar sums
@@ -17,7 +17,6 @@ mod balance;
 mod config;
 mod executor;
 mod figures;
-mod local;
 mod payload;
 mod policy;
 mod relay;
@@ -34,7 +33,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Bool, Int, Tensor};
 use tandem_data::Encoded;
-use tandem_models::{Activation, AuxHeadConfig, Classifier};
+use tandem_models::{Activation, Classifier};
 use tandem_train::bytes::{Reader, Writer};
 use tandem_train::{EpochPlan, StateError, StateParts, Strategy, TrainConfig, TrainError, TrainStats};
 
@@ -42,7 +41,7 @@ pub use balance::{balanced_cuts, profile_blocks};
 pub use config::{Balance, ModelParallelConfig};
 pub use executor::LABEL_BYTES;
 pub use policy::{Peers, StepError, StepInput, StepPlan, StepPolicy};
-pub use stage::{MicroBatch, OwnStep, Stage};
+pub use stage::{fresh_leaves, MicroBatch, OwnStep, Stage, StageAddOn};
 pub use wire::{wire_bytes, Wire};
 
 use balance::choose_cuts;
@@ -76,6 +75,16 @@ pub struct ModelParallel<B: AutodiffBackend> {
     across: Option<AcrossRanks>,
     /// Each stage's boundary codecs (compression), kept from epoch to epoch.
     codecs: Vec<StageCodecs>,
+}
+
+/// Where an add-on goes: stage `stage` of `last + 1`, whose output has `output_width`
+/// features, on `device`, in a run trained with `train`.
+pub struct AddOnSite<'a, B: AutodiffBackend> {
+    pub stage: usize,
+    pub last: usize,
+    pub output_width: usize,
+    pub device: &'a B::Device,
+    pub train: &'a TrainConfig,
 }
 
 impl<B: AutodiffBackend> ModelParallel<B> {
@@ -215,16 +224,9 @@ impl<B: AutodiffBackend> ModelParallel<B> {
         Ok(self)
     }
 
-    /// Local learning: every stage before the last gets an auxiliary head (`aux_head`, its loss
-    /// weighing `aux_weight` in real steps), every stage after the first a replay buffer of
-    /// `replay_samples` received samples (0: none). `seq`: the tokens of a sample.
-    pub fn with_local_learning(
-        mut self,
-        aux_head: &AuxHeadConfig,
-        aux_weight: f64,
-        replay_samples: usize,
-        seq: usize,
-    ) -> Self {
+    /// Gives every stage the add-on `make` returns for it, from the stage's place (`AddOnSite`).
+    /// `seq`: the tokens of a sample (for the width of each stage's output).
+    pub fn with_add_ons(mut self, seq: usize, make: impl Fn(AddOnSite<B>) -> Box<dyn StageAddOn<B>>) -> Self {
         let last = self.stages.len() - 1;
         let widths = self.output_widths(seq);
         let stages = std::mem::take(&mut self.stages);
@@ -233,9 +235,10 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             .zip(widths)
             .enumerate()
             .map(|(s, (stage, width))| {
-                let head = (s < last).then(|| aux_head.init(width, tandem_data::NUM_CLASSES, stage.device()));
-                let replay = if s > 0 { replay_samples } else { 0 };
-                stage.with_local(head.map(tandem_train::number_parameters), aux_weight, replay, &self.train)
+                let site =
+                    AddOnSite { stage: s, last, output_width: width, device: stage.device(), train: &self.train };
+                let add_on = make(site);
+                stage.with_add_on(add_on)
             })
             .collect();
         self

@@ -18,7 +18,6 @@ use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::{self, AnyOptimizer};
 use tandem_train::{StateError, StateParts, TrainConfig};
 
-use super::local::Local;
 use super::wire::Wire;
 
 const HELD: &str = "a stage holds its module between optimizer steps";
@@ -31,7 +30,7 @@ struct Pending<B: AutodiffBackend> {
     input: Option<Activation<B>>,
     /// What the backward pass starts from: the stage's output, or the loss on the last stage.
     output: Output<B>,
-    /// The auxiliary head's leaves and its weighted loss, when a real step trains it too.
+    /// The add-on's leaves and its weighted loss, when a real step trains it too.
     aux: Option<(Classifier<B>, Tensor<B, 1>)>,
 }
 
@@ -51,6 +50,43 @@ pub struct OwnStep<B: AutodiffBackend> {
     pub output: Option<Wire<B>>,
 }
 
+/// What a stage may carry besides its blocks and optimizer: a protocol's learning of its own,
+/// such as local learning's auxiliary head and replay buffer (`tandem-sync`). The stage asks it
+/// for a loss of its own, hands it its gradients, steps it and checkpoints it; the executor and
+/// the schedules know nothing of what it holds. Its parameters, if any, are a [`Classifier`] (a
+/// head on the stage's output), computed on fresh leaves at each pass.
+pub trait StageAddOn<B: AutodiffBackend>: Send {
+    /// Parameters of its own, reported with the stage's.
+    fn parameters(&self) -> usize;
+    /// Whether a real step's forward pass adds a loss of its own (which needs the labels).
+    fn adds_loss_in_real_steps(&self) -> bool;
+    /// In a real step, the loss it adds to the backward pass of the stage's `output`, already
+    /// weighted (the micro-batch's share included), with the leaves it was computed on; `None`
+    /// where it adds none.
+    fn real_step_loss(&self, output: Activation<B>, batch: &MicroBatch<B>) -> Option<(Classifier<B>, Tensor<B, 1>)>;
+    /// In a local step of a stage before the last, the logits its own loss is taken on, with
+    /// the leaves they were computed on; `None` where it has no head.
+    fn own_logits(&self, output: Activation<B>, batch: &MicroBatch<B>) -> Option<(Classifier<B>, Tensor<B, 2>)>;
+    /// Takes its parameters' gradients from a backward pass through `leaves`.
+    fn accumulate(&mut self, leaves: &Classifier<B>, grads: &mut B::Gradients);
+    /// Squared L2 norm of the gradients it holds since its last step (0 without any).
+    fn squared_gradient_norm(&mut self) -> f64;
+    /// Applies its gradients, multiplied by `scale`, at learning rate `lr`, and clears them.
+    fn step(&mut self, lr: f64, scale: f64);
+    /// Drops half-finished gradients (after a failure elsewhere).
+    fn reset(&mut self);
+    /// An input the stage received (its `samples`), to keep if it replays.
+    fn remember(&mut self, samples: &[usize], input: &Wire<B>);
+    /// About `samples` kept inputs to train on again, with their sample indices.
+    fn replay(&mut self, samples: usize) -> Option<(Vec<usize>, Wire<B>)>;
+    /// Bytes of the inputs it keeps.
+    fn held_bytes(&self) -> usize;
+    /// Its state between steps, for a checkpoint.
+    fn state(&self) -> Result<StateParts, StateError>;
+    /// Continues from [`StageAddOn::state`]'s parts, with tensors on `device`.
+    fn restore(&mut self, state: &StateParts, device: &B::Device) -> Result<(), StateError>;
+}
+
 enum Output<B: AutodiffBackend> {
     Activation(Activation<B>),
     Loss(Tensor<B, 1>),
@@ -64,8 +100,8 @@ pub struct Stage<B: AutodiffBackend> {
     device: B::Device,
     pending: HashMap<usize, Pending<B>>,
     grads: GradientsAccumulator<Classifier<B>>,
-    /// Local learning (absent: vanilla model parallelism).
-    local: Option<Local<B>>,
+    /// A protocol's learning of its own (absent: vanilla model parallelism).
+    add_on: Option<Box<dyn StageAddOn<B>>>,
 }
 
 impl<B: AutodiffBackend> Stage<B> {
@@ -77,38 +113,24 @@ impl<B: AutodiffBackend> Stage<B> {
             device,
             pending: HashMap::new(),
             grads: GradientsAccumulator::new(),
-            local: None,
+            add_on: None,
         }
     }
 
-    /// The stage with local learning: an auxiliary `head` (stages before the last) whose loss
-    /// weighs `aux_weight` in real steps, and a replay buffer of `replay_samples` received
-    /// samples (stages after the first; 0: none).
-    pub fn with_local(
-        mut self,
-        head: Option<Classifier<B>>,
-        aux_weight: f64,
-        replay_samples: usize,
-        train: &TrainConfig,
-    ) -> Self {
-        let head = head.map(|h| h.fork(&self.device));
-        self.local = Some(Local::new(head, aux_weight, replay_samples, train));
+    /// The stage carrying `add_on` (its tensors on the stage's device).
+    pub fn with_add_on(mut self, add_on: Box<dyn StageAddOn<B>>) -> Self {
+        self.add_on = Some(add_on);
         self
     }
 
-    /// Parameters of the auxiliary head (0 without one).
-    pub fn aux_parameters(&self) -> usize {
-        self.head().map_or(0, |h| h.parameter_count())
+    /// Parameters of the add-on (0 without one).
+    pub fn add_on_parameters(&self) -> usize {
+        self.add_on.as_ref().map_or(0, |a| a.parameters())
     }
 
-    /// Whether real steps train the auxiliary head too (its loss has a weight), so the stage
-    /// needs the labels.
-    pub fn trains_aux_in_real_steps(&self) -> bool {
-        self.local.as_ref().and_then(|l| l.head.as_ref()).is_some_and(|h| h.weight != 0.0)
-    }
-
-    fn head(&self) -> Option<&Classifier<B>> {
-        self.local.as_ref()?.head.as_ref()?.module.as_ref()
+    /// Whether real steps train the add-on too (it adds a loss), so the stage needs the labels.
+    pub fn trains_add_on_in_real_steps(&self) -> bool {
+        self.add_on.as_ref().is_some_and(|a| a.adds_loss_in_real_steps())
     }
 
     /// The device the stage computes on.
@@ -123,21 +145,13 @@ impl<B: AutodiffBackend> Stage<B> {
 
     /// Forward pass of micro-batch `micro` on a stage that is not the last: `input` is the token
     /// ids (first stage) or the upstream stage's output; returns the output to send on. With an
-    /// auxiliary head whose loss has a weight, the head's loss joins this micro-batch's backward.
+    /// add-on that adds a loss in real steps, that loss joins this micro-batch's backward.
     pub fn forward(&mut self, micro: usize, input: Wire<B>, batch: &MicroBatch<B>) -> Wire<B> {
         let input = attach::<B>(input, &self.device);
         let module = fresh_leaves(self.module());
         let output = module.forward_activation(input.clone(), batch.mask_pad);
         let sent = detach::<B>(output.clone());
-        let aux = match self.local.as_ref().and_then(|l| l.head.as_ref()).filter(|h| h.weight != 0.0) {
-            Some(head) => {
-                let leaves = fresh_leaves(head.module.as_ref().expect(HELD));
-                let logits = leaves.forward_activation(output.clone(), batch.mask_pad).into_features();
-                let loss = tandem_train::loss(logits, batch.labels.clone()).mul_scalar(batch.weight * head.weight);
-                Some((leaves, loss))
-            }
-            None => None,
-        };
+        let aux = self.add_on.as_ref().and_then(|a| a.real_step_loss(output.clone(), batch));
         self.pending
             .insert(micro, Pending { module, input: trainable(input), output: Output::Activation(output), aux });
         sent
@@ -160,8 +174,8 @@ impl<B: AutodiffBackend> Stage<B> {
     }
 
     /// A step on the stage's own loss, with no gradient to or from another stage (local
-    /// learning): the task loss on the last stage (`last`), the auxiliary head's loss before it.
-    /// Accumulates the gradients for [`Stage::step`].
+    /// learning): the task loss on the last stage (`last`), the add-on's (its auxiliary head's)
+    /// before it. Accumulates the gradients for [`Stage::step`].
     pub(crate) fn train_own(
         &mut self,
         input: Wire<B>,
@@ -174,9 +188,11 @@ impl<B: AutodiffBackend> Stage<B> {
         let (head, sent, logits) = match last {
             true => (None, None, output.into_features()),
             false => {
-                let head = self.head().ok_or("a stage before the last needs an auxiliary head to learn locally")?;
-                let leaves = fresh_leaves(head);
-                let logits = leaves.forward_activation(output.clone(), batch.mask_pad).into_features();
+                let (leaves, logits) = self
+                    .add_on
+                    .as_ref()
+                    .and_then(|a| a.own_logits(output.clone(), batch))
+                    .ok_or("a stage before the last needs an auxiliary head to learn locally")?;
                 (Some(leaves), Some(detach::<B>(output)), logits)
             }
         };
@@ -188,31 +204,30 @@ impl<B: AutodiffBackend> Stage<B> {
         Ok(OwnStep { loss: value, correct, output: sent })
     }
 
-    /// Adds a backward pass's gradients to the stage's (and its head's).
-    fn accumulate(&mut self, module: &Classifier<B>, head: Option<&Classifier<B>>, grads: &mut B::Gradients) {
-        if let (Some(leaves), Some(h)) = (head, self.local.as_mut().and_then(|l| l.head.as_mut())) {
-            h.grads.accumulate(leaves, GradientsParams::from_module(grads, leaves));
-            h.touched = true;
+    /// Adds a backward pass's gradients to the stage's (and its add-on's, through `leaves`).
+    fn accumulate(&mut self, module: &Classifier<B>, leaves: Option<&Classifier<B>>, grads: &mut B::Gradients) {
+        if let (Some(leaves), Some(add_on)) = (leaves, self.add_on.as_mut()) {
+            add_on.accumulate(leaves, grads);
         }
         self.grads.accumulate(module, GradientsParams::from_module(grads, module));
     }
 
-    /// Bytes of the inputs this stage keeps for replay.
-    pub fn replay_bytes(&self) -> usize {
-        self.local.as_ref().map_or(0, |local| local.held_bytes())
+    /// Bytes of the inputs the stage's add-on keeps (for replay).
+    pub fn held_bytes(&self) -> usize {
+        self.add_on.as_ref().map_or(0, |a| a.held_bytes())
     }
 
-    /// Keeps an input this stage received (its `samples`) for replay, if it replays.
+    /// Keeps an input this stage received (its `samples`), if its add-on replays.
     pub fn remember(&mut self, samples: &[usize], input: &Wire<B>) {
-        if let Some(local) = &mut self.local {
-            local.remember(samples, input);
+        if let Some(add_on) = &mut self.add_on {
+            add_on.remember(samples, input);
         }
     }
 
-    /// About `samples` buffered received samples to train on again, with their sample indices;
-    /// `None` when nothing is buffered.
+    /// About `samples` kept received samples to train on again, with their sample indices;
+    /// `None` when nothing is kept.
     pub fn replay(&mut self, samples: usize) -> Option<(Vec<usize>, Wire<B>)> {
-        self.local.as_mut()?.replay(samples)
+        self.add_on.as_mut()?.replay(samples)
     }
 
     /// Backward pass of micro-batch `micro`: `grad` is the gradient of the loss with respect to
@@ -247,16 +262,8 @@ impl<B: AutodiffBackend> Stage<B> {
         let grads = self.grads.grads();
         let norm = optim::gradient_norm(module, &grads);
         self.grads.accumulate(module, grads);
-        let head = match self.local.as_mut().and_then(|l| l.head.as_mut()).filter(|h| h.touched) {
-            Some(h) => {
-                let (module, grads) = (h.module.as_ref().expect(HELD), h.grads.grads());
-                let norm = optim::gradient_norm(module, &grads);
-                h.grads.accumulate(module, grads);
-                norm * norm
-            }
-            None => 0.0,
-        };
-        norm * norm + head
+        let add_on = self.add_on.as_mut().map_or(0.0, |a| a.squared_gradient_norm());
+        norm * norm + add_on
     }
 
     /// Applies the accumulated gradients, multiplied by `scale` (global-norm clipping), with the
@@ -269,13 +276,8 @@ impl<B: AutodiffBackend> Stage<B> {
         }
         let lr = optim::learning_rate(train, step, total_steps);
         self.module = Some(self.optimizer.step(lr, module, grads));
-        if let Some(h) = self.local.as_mut().and_then(|l| l.head.as_mut()).filter(|h| h.touched) {
-            let (module, mut grads) = (h.module.take().expect(HELD), h.grads.grads());
-            if scale != 1.0 {
-                optim::scale_gradients(&module, &mut grads, scale);
-            }
-            h.module = Some(h.optimizer.step(lr, module, grads));
-            h.touched = false;
+        if let Some(add_on) = self.add_on.as_mut() {
+            add_on.step(lr, scale);
         }
     }
 
@@ -298,8 +300,8 @@ impl<B: AutodiffBackend> Stage<B> {
         let mut state = StateParts::default();
         state.put("module", model_bytes(self.module())?);
         state.put("optimizer", self.optimizer.state()?.to_bytes());
-        if let Some(local) = &self.local {
-            state.put("local", local.state()?.to_bytes());
+        if let Some(add_on) = &self.add_on {
+            state.put("local", add_on.state()?.to_bytes());
         }
         Ok(state)
     }
@@ -309,8 +311,8 @@ impl<B: AutodiffBackend> Stage<B> {
         let module = self.module.take().expect(HELD);
         self.module = Some(load_model_bytes(module, state.get("module")?, &self.device)?);
         self.optimizer.restore(&StateParts::from_bytes(state.get("optimizer")?)?, &self.device)?;
-        match &mut self.local {
-            Some(local) => local.restore(&StateParts::from_bytes(state.get("local")?)?, &self.device),
+        match &mut self.add_on {
+            Some(add_on) => add_on.restore(&StateParts::from_bytes(state.get("local")?)?, &self.device),
             None => Ok(()),
         }
     }
@@ -319,9 +321,8 @@ impl<B: AutodiffBackend> Stage<B> {
     pub fn reset(&mut self) {
         self.pending.clear();
         self.grads.grads();
-        if let Some(h) = self.local.as_mut().and_then(|l| l.head.as_mut()) {
-            h.grads.grads();
-            h.touched = false;
+        if let Some(add_on) = self.add_on.as_mut() {
+            add_on.reset();
         }
     }
 }
@@ -331,7 +332,7 @@ impl<B: AutodiffBackend> Stage<B> {
 /// Each micro-batch's graph gets its own leaves, so graphs alive at the same time share no
 /// node. burn-autodiff 0.21 loses steps when several live graphs share parameter leaves that an
 /// optimizer step has replaced ("Node should have a step registered" on a later backward pass).
-fn fresh_leaves<B: AutodiffBackend>(module: &Classifier<B>) -> Classifier<B> {
+pub fn fresh_leaves<B: AutodiffBackend>(module: &Classifier<B>) -> Classifier<B> {
     struct Fresh;
     impl<B: AutodiffBackend> ModuleMapper<B> for Fresh {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
