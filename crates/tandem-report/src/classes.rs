@@ -51,7 +51,7 @@ pub fn summed_confusion(group: &Group) -> Option<ConfusionMatrix> {
 }
 
 /// The per-class tables (one per model) and the confusion heat maps of a setting.
-pub fn section(doc: &mut Document, table: &SettingTable, suffix: &str) -> Result<(), String> {
+pub(crate) fn section(doc: &mut Document, table: &SettingTable, suffix: &str) -> Result<(), String> {
     let classes = table.groups.iter().map(|g| per_class_means(g).len()).max().unwrap_or(0);
     if classes == 0 {
         return Ok(());
@@ -106,7 +106,7 @@ const LEFT: i32 = 90;
 const TOP: i32 = 92;
 
 /// The heat map of `counts` (`counts[truth][predicted]`, summed over `seeds` runs).
-pub fn heat_map(model: &str, strategy: &str, counts: &[Vec<u64>], seeds: usize) -> Result<String, String> {
+pub(crate) fn heat_map(model: &str, strategy: &str, counts: &[Vec<u64>], seeds: usize) -> Result<String, String> {
     let k = counts.len() as i32;
     let names = class_names(counts.len());
     // One size for every heat map, so that they line up in a grid: long strategy names wrap.
