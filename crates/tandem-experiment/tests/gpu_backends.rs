@@ -98,6 +98,7 @@ mod tests {
         RecurrentShapes,
         TransformerShapes,
         Loss,
+        Matmul,
         Training,
         Strategies,
     }
@@ -116,6 +117,7 @@ mod tests {
                 Check::RecurrentShapes => cases_agree_with_ndarray::<B>(name, device, recurrent_cases()),
                 Check::TransformerShapes => cases_agree_with_ndarray::<B>(name, device, transformer_cases()),
                 Check::Loss => loss_agrees_with_ndarray::<B>(name, device),
+                Check::Matmul => matmul_agrees_with_ndarray::<B>(name, device),
                 Check::Training => training_agrees_with_ndarray::<B>(name, device),
                 Check::Strategies => strategies_agree_on::<B>(name, device),
             }
@@ -382,6 +384,39 @@ mod tests {
             }
         }
         assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+    }
+
+    /// `lhs · rhsᵀ` of fixed values, `lhs` of `[m, k]` and `rhs` of `[n, k]` (as a layer's
+    /// gradient meets its weights).
+    fn product<B: Backend>(m: usize, k: usize, n: usize, device: &B::Device) -> Vec<f32> {
+        let lhs: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let rhs: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.53).cos()).collect();
+        let lhs = Tensor::<B, 2>::from_data(TensorData::new(lhs, [m, k]), device);
+        let rhs = Tensor::<B, 2>::from_data(TensorData::new(rhs, [n, k]), device);
+        lhs.matmul(rhs.transpose()).into_data().convert::<f32>().iter::<f32>().collect()
+    }
+
+    /// Burn's matmul, which Tandem's layers use, agrees with ndarray's at inner dimensions that
+    /// are multiples of 8 but not of 16 (CubeCL's double-buffered unit matmul, which Burn's
+    /// opt-in autotuning may choose, sums those wrong) and at the LSTM's gate widths.
+    fn matmul_agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
+        let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
+        let mut beyond = Vec::new();
+        for (m, k, n) in [(469, 520, 8), (469, 8, 520), (64, 520, 64), (512, 1032, 16), (67, 130, 520), (3, 7, 5)] {
+            let expected = product::<NdArray>(m, k, n, &Default::default());
+            let worst = largest_relative_difference(&expected, &product::<B::InnerBackend>(m, k, n, &device));
+            eprintln!("{name} matmul [{m}, {k}] by [{k}, {n}]: within {worst:e} (relative) of ndarray");
+            if worst > tolerance {
+                beyond.push(format!("{name} matmul [{m}, {k}] by [{k}, {n}]: {worst:e} (relative) away from ndarray"));
+            }
+        }
+        assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+    }
+
+    #[test]
+    fn burns_matmul_agrees_with_ndarray_at_inner_sizes_autotuning_gets_wrong() {
+        let _serial = serial();
+        on_each_gpu_backend(Check::Matmul);
     }
 
     #[test]
