@@ -56,7 +56,7 @@ pub fn evaluate(run: &Path, data: &Path, options: &InferenceOptions) -> Result<(
     let backend = options.backend.unwrap_or_else(|| trained.default_backend());
     let metrics = trained.evaluate(&samples, backend, options.batch_size).map_err(|e| e.to_string())?;
     if options.json {
-        println!("{}", serde_json::to_string_pretty(&metrics).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(&metrics_json(&metrics)?).map_err(|e| e.to_string())?);
     } else {
         let rows = tandem_data::thousands(samples.len());
         println!("{} on {rows} samples of {} (backend {backend})", run.display(), data.display());
@@ -76,6 +76,23 @@ fn holds_training_rows(trained: &TrainedRun, data: &Path) -> bool {
     let same = matches!((dir.canonicalize(), folder.canonicalize()), (Ok(a), Ok(b)) if a == b);
     let resplit = trained.manifest.data.split.resolve(&dir) != SplitMode::Official;
     same && (resplit || file.is_some_and(|f| f == "train.csv"))
+}
+
+/// The metrics as JSON with the class names: `classes` (the confusion matrix's row and column
+/// order) and each per-class entry's `class`.
+fn metrics_json(m: &ClassificationMetrics) -> Result<serde_json::Value, String> {
+    let mut value = serde_json::to_value(m).map_err(|e| e.to_string())?;
+    if let Some(per_class) = value.get_mut("per_class").and_then(|v| v.as_array_mut()) {
+        for (entry, name) in per_class.iter_mut().zip(CLASS_NAMES) {
+            if let Some(entry) = entry.as_object_mut() {
+                entry.insert("class".into(), name.into());
+            }
+        }
+    }
+    if let Some(object) = value.as_object_mut() {
+        object.insert("classes".into(), CLASS_NAMES.to_vec().into());
+    }
+    Ok(value)
 }
 
 /// Accuracy, the macro averages, per-class precision / recall / F1 and the confusion matrix.

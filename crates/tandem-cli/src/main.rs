@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use tandem_experiment::backend::is_compiled;
-use tandem_experiment::{run, BackendKind, Manifest, Override, Ranks, RunOptions};
+use tandem_experiment::{run, BackendKind, Manifest, Override, Ranks, Restart, RunOptions};
 
 mod inference;
 
@@ -49,8 +49,12 @@ enum Command {
         sets: Sets,
         /// Start every run over, replacing its folder (by default finished runs are skipped
         /// and interrupted ones resumed).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "restart_changed")]
         fresh: bool,
+        /// Start over only the runs whose manifest changed since they ran (a `--set`, an edit),
+        /// replacing their folders; the others are skipped or resumed as usual.
+        #[arg(long)]
+        restart_changed: bool,
     },
     /// Write a Markdown + HTML report with SVG plots from results folders
     /// (results roots, experiment folders or single runs).
@@ -173,13 +177,13 @@ struct InferenceOptions {
 enum DataCommand {
     /// Download and unpack the canonical AG News archive, verifying each file's md5.
     #[command(
-        after_help = "Examples:\n  tandem data fetch\n  TANDEM_DATA_DIR=/data/ag_news tandem data fetch\n  tandem data fetch --dir /data/ag_news"
+        after_help = "Examples:\n  tandem data fetch\n  TANDEM_DATA_DIR=/data/ag_news tandem data fetch\n  tandem data fetch --dir /data/ag_news\n  tandem data fetch --url ~/Downloads/ag_news_csv.tgz"
     )]
     Fetch {
         /// Target directory (default: $TANDEM_DATA_DIR, else datasets/ag_news). E.g. `--dir /data/ag_news`.
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Where to download the archive from (an http(s) URL or a local file path).
+        /// Where the archive is: an http(s) URL, or a copy on disk (a path or a file:// URL), checked the same way.
         #[arg(long, default_value = tandem_data::DEFAULT_ARCHIVE_URL)]
         url: String,
     },
@@ -212,13 +216,18 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> Result<(), String> {
     match command {
-        Command::Run { manifest, backend, devices, out, offline, sets, fresh } => {
+        Command::Run { manifest, backend, devices, out, offline, sets, fresh, restart_changed } => {
             let manifest = Manifest::load_with(&manifest, &sets.overrides).map_err(|e| e.to_string())?;
             manifest.shadowed_overrides().iter().for_each(|note| eprintln!("{note}"));
             let progress = std::io::stderr().is_terminal();
             let ranks = join_mpi_job()?;
             let on_stuck_worker: Option<fn()> = Some(|| std::process::exit(1));
-            let options = RunOptions { backend, devices, out, progress, ranks, fresh, on_stuck_worker };
+            let restart = match (fresh, restart_changed) {
+                (true, _) => Restart::All,
+                (false, true) => Restart::Changed,
+                (false, false) => Restart::None,
+            };
+            let options = RunOptions { backend, devices, out, progress, ranks, restart, on_stuck_worker };
             // In a multi-process job every rank must call the same collectives: no second attempt.
             let offline = offline || options.job().is_some();
             let outcome = match run(&manifest, &options) {

@@ -99,6 +99,12 @@ fn a_trained_run_is_changed_with_set_then_predicts_and_evaluates() {
     let metrics: ClassificationMetrics = serde_json::from_str(&stdout).unwrap();
     assert_eq!(metrics.confusion.total(), 7600);
     assert_eq!(metrics.per_class.len(), 4);
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let names = ["World", "Sports", "Business", "Sci/Tech"];
+    assert_eq!(json["classes"], serde_json::json!(names), "{stdout}");
+    for (entry, name) in json["per_class"].as_array().unwrap().iter().zip(names) {
+        assert_eq!(entry["class"], name, "each per-class entry names its class: {stdout}");
+    }
 
     rejects_broken_run_folders(&run, tmp.path());
 }

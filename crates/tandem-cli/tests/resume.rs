@@ -1,5 +1,5 @@
 //! Runs you can interrupt and resume: a rerun of a finished run does nothing, a changed
-//! manifest is refused, a run killed (SIGKILL) after an epoch or a stream's evaluation point,
+//! manifest is refused (or, asked to, only the changed runs start over), a run killed (SIGKILL) after an epoch or a stream's evaluation point,
 //! or interrupted (SIGINT, SIGTERM) part-way through one, resumes to the same bytes as a run
 //! never stopped, for every strategy kind, with dropout, on flex.
 
@@ -149,6 +149,38 @@ fn a_rerun_trains_nothing_a_changed_manifest_is_refused_and_identical_runs_write
     };
     assert!(model(&snapshot(&dir)) == model(&before), "two identical runs write identical model.bin bytes");
     assert_eq!(results_of(&dir).len(), 2);
+}
+
+#[test]
+fn restart_changed_trains_again_only_the_runs_a_change_reaches() {
+    let Some(data) = data_dir() else { return eprintln!("AG News not found: skipped") };
+    let tmp = tempfile::tempdir().unwrap();
+    let m = manifest(tmp.path(), &data, SEQUENTIAL, 1, 64, "");
+    let mut text = std::fs::read_to_string(&m).unwrap();
+    text.push_str("\n[[models]]\nname = \"other\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\n");
+    std::fs::write(&m, text).unwrap();
+    let out = tmp.path().join("out");
+    let args = |extra: &[&str]| {
+        let mut args = run_args(&m, &out);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let run = |extra: &[&str]| tandem(&args(extra).iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, _, stderr) = run(&[]);
+    assert!(ok, "{stderr}");
+    let folder = |model: &str| out.join("resume").join(format!("{model}-sequential-seed7"));
+    let (gru, other) = (snapshot(&folder("gru")), snapshot(&folder("other")));
+
+    let change = ["--set", "models.other.train.epochs=2"];
+    let (ok, _, stderr) = run(&change);
+    assert!(!ok && stderr.contains("--restart-changed") && stderr.contains("epochs"), "{stderr}");
+    assert_eq!(snapshot(&folder("other")), other, "the refused run wrote nothing");
+
+    let (ok, _, stderr) = run(&[&change[..], &["--restart-changed"]].concat());
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("starting it over"), "{stderr}");
+    assert_eq!(snapshot(&folder("gru")), gru, "the run the change does not reach is kept as it was");
+    assert_eq!(results_of(&folder("other")).len(), 2, "the changed run trained its two epochs");
 }
 
 /// Runs `strategy` uninterrupted, then again stopped by `stop` (which kills or signals the

@@ -1,4 +1,4 @@
-//! Downloading the canonical AG News archive.
+//! Downloading the canonical AG News archive, or unpacking a copy of it already on disk.
 //!
 //! The archive is downloaded into a hidden staging directory inside the target directory (same
 //! filesystem), unpacked there, and its CSVs are checked against the expected MD5s; only then
@@ -30,7 +30,7 @@ const ARCHIVE_FILES: [&str; 4] = ["classes.txt", "readme.txt", TEST_FILE, TRAIN_
 /// Settings of [`fetch_with`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FetchOptions {
-    /// Archive URL (`http://` or `https://`).
+    /// Where the archive is: an `http://` or `https://` URL, a `file://` URL or a local path.
     pub url: String,
     /// Expected MD5 of `train.csv` (lowercase or uppercase hex).
     pub train_md5: String,
@@ -67,8 +67,10 @@ pub struct FetchReport {
     pub dir: PathBuf,
     /// True when verified files were already there and nothing was downloaded.
     pub already_present: bool,
-    /// Size of the downloaded archive (0 when nothing was downloaded).
+    /// Size of the archive downloaded or read from disk (0 when the files were already there).
     pub downloaded_bytes: u64,
+    /// True when the archive was a local file, not a download.
+    pub local: bool,
     /// The dataset files now in `dir`.
     pub files: Vec<PathBuf>,
     /// Verified MD5 of `train.csv`.
@@ -84,7 +86,8 @@ impl fmt::Display for FetchReport {
         } else {
             writeln!(
                 f,
-                "Downloaded {:.1} MB and installed AG News in {}",
+                "{} {:.1} MB and installed AG News in {}",
+                if self.local { "Unpacked" } else { "Downloaded" },
                 self.downloaded_bytes as f64 / 1e6,
                 self.dir.display()
             )?;
@@ -94,12 +97,14 @@ impl fmt::Display for FetchReport {
     }
 }
 
-/// Downloads the archive at `url` into `dir` with the published MD5s; see [`fetch_with`].
+/// Installs the archive at `url` (downloaded, or read from disk) into `dir` with the published
+/// MD5s; see [`fetch_with`].
 pub fn fetch(dir: &Path, url: &str, show_progress: bool) -> Result<FetchReport, DataError> {
     fetch_with(dir, &FetchOptions { url: url.to_string(), show_progress, ..FetchOptions::default() })
 }
 
-/// Downloads, unpacks and verifies the AG News archive, then moves `train.csv`, `test.csv`,
+/// Downloads (or, for a `file://` URL or a path, reads from disk), unpacks and verifies the AG
+/// News archive, then moves `train.csv`, `test.csv`,
 /// `classes.txt` and `readme.txt` into `dir` (created if needed).
 ///
 /// Fails with [`DataError::Fetch`] on an HTTP error status, a dropped or timed-out connection,
@@ -132,6 +137,7 @@ fn already_present(dir: &Path, options: &FetchOptions) -> Option<FetchReport> {
         dir: dir.to_path_buf(),
         already_present: true,
         downloaded_bytes: 0,
+        local: false,
         files: vec![train, test],
         train_md5,
         test_md5,
@@ -146,8 +152,19 @@ fn fetch_into(dir: &Path, options: &FetchOptions) -> Result<FetchReport, DataErr
         .tempdir_in(dir)
         .map_err(|e| DataError::io(dir, "cannot create a staging directory", e))?;
 
-    let archive = staging.path().join("ag_news_csv.tgz");
-    let downloaded_bytes = download(options, &archive)?;
+    let (archive, downloaded_bytes, local) = match ArchiveSource::of(&options.url) {
+        ArchiveSource::Http => {
+            let archive = staging.path().join("ag_news_csv.tgz");
+            let bytes = download(options, &archive)?;
+            (archive, bytes, false)
+        }
+        ArchiveSource::Local(path) => {
+            let bytes = std::fs::metadata(&path)
+                .map_err(|e| fail(format!("cannot read the archive {}: {e}", path.display())))?
+                .len();
+            (path, bytes, true)
+        }
+    };
     let found = unpack(&archive, staging.path()).map_err(&fail)?;
     for required in [TRAIN_FILE, TEST_FILE] {
         if !found.contains(&required) {
@@ -178,7 +195,39 @@ fn fetch_into(dir: &Path, options: &FetchOptions) -> Result<FetchReport, DataErr
 
     let test_md5 = digests.pop().unwrap_or_default();
     let train_md5 = digests.pop().unwrap_or_default();
-    Ok(FetchReport { dir: dir.to_path_buf(), already_present: false, downloaded_bytes, files, train_md5, test_md5 })
+    Ok(FetchReport {
+        dir: dir.to_path_buf(),
+        already_present: false,
+        downloaded_bytes,
+        local,
+        files,
+        train_md5,
+        test_md5,
+    })
+}
+
+/// Where [`FetchOptions::url`] points.
+#[derive(Debug, PartialEq, Eq)]
+enum ArchiveSource {
+    /// An `http://` or `https://` URL, downloaded.
+    Http,
+    /// A `file://` URL or a path: the archive is read where it is.
+    Local(PathBuf),
+}
+
+impl ArchiveSource {
+    fn of(url: &str) -> Self {
+        let lower = url.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            return Self::Http;
+        }
+        // `file:///data/x.tgz` (and `file://localhost/data/x.tgz`) name `/data/x.tgz`.
+        let path = match url.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("file://")) {
+            Some(_) => url[7..].strip_prefix("localhost").unwrap_or(&url[7..]),
+            None => url,
+        };
+        Self::Local(PathBuf::from(path))
+    }
 }
 
 /// Downloads `options.url` to `path`, returning the number of bytes received.
@@ -250,7 +299,7 @@ fn progress_bar(show: bool, len: Option<u64>) -> ProgressBar {
 /// Extracts the known dataset files from the `.tgz` at `archive` into `into` (flat), never
 /// trusting the paths in the archive. Returns the names extracted.
 fn unpack(archive: &Path, into: &Path) -> Result<Vec<&'static str>, String> {
-    let file = File::open(archive).map_err(|e| format!("cannot reopen the archive: {e}"))?;
+    let file = File::open(archive).map_err(|e| format!("cannot open the archive {}: {e}", archive.display()))?;
     let mut tar = tar::Archive::new(GzDecoder::new(BufReader::new(file)));
     let invalid = |e: std::io::Error| format!("the archive is not a valid .tgz: {e}");
     let mut found: Vec<&'static str> = Vec::new();
@@ -401,6 +450,46 @@ mod tests {
         let again = fetch_with(&dir, &options("http://127.0.0.1:9/unused".into())).unwrap();
         assert!(again.already_present);
         assert_eq!(again.downloaded_bytes, 0);
+    }
+
+    #[test]
+    fn a_local_archive_is_unpacked_with_the_same_checks() {
+        let root = tempfile::tempdir().unwrap();
+        let archive = good_archive();
+        let path = root.path().join("ag_news_csv.tgz");
+        std::fs::write(&path, &archive).unwrap();
+        for (i, url) in [path.display().to_string(), format!("file://{}", path.display())].into_iter().enumerate() {
+            let dir = root.path().join(format!("data{i}"));
+            let report = fetch_with(&dir, &options(url)).unwrap();
+            assert!(report.local && !report.already_present);
+            assert_eq!(report.downloaded_bytes, archive.len() as u64);
+            assert!(report.to_string().starts_with("Unpacked"), "{report}");
+            assert_eq!(listing(&dir), ["classes.txt", "readme.txt", "test.csv", "train.csv"]);
+            assert_eq!(std::fs::read(dir.join("test.csv")).unwrap(), TEST);
+        }
+        // The archive is left where it was.
+        assert_eq!(std::fs::read(&path).unwrap(), archive);
+
+        // A wrong md5 and a missing file leave nothing behind.
+        let dir = root.path().join("mismatch");
+        let mut opts = options(path.display().to_string());
+        opts.train_md5 = TRAIN_MD5.to_string();
+        let msg = fetch_with(&dir, &opts).unwrap_err().to_string();
+        assert!(msg.contains("md5 mismatch") && msg.contains("train.csv"), "{msg}");
+        assert!(!dir.exists());
+        let missing = root.path().join("nowhere.tgz");
+        let msg = fetch_with(&dir, &options(missing.display().to_string())).unwrap_err().to_string();
+        assert!(msg.contains("cannot read the archive") && msg.contains("nowhere.tgz"), "{msg}");
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn sources_are_told_apart_by_scheme() {
+        assert_eq!(ArchiveSource::of("https://example.org/a.tgz"), ArchiveSource::Http);
+        assert_eq!(ArchiveSource::of("HTTP://example.org/a.tgz"), ArchiveSource::Http);
+        assert_eq!(ArchiveSource::of("file:///data/a.tgz"), ArchiveSource::Local("/data/a.tgz".into()));
+        assert_eq!(ArchiveSource::of("file://localhost/data/a.tgz"), ArchiveSource::Local("/data/a.tgz".into()));
+        assert_eq!(ArchiveSource::of("downloads/a.tgz"), ArchiveSource::Local("downloads/a.tgz".into()));
     }
 
     #[test]

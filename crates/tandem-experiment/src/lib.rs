@@ -15,7 +15,7 @@ pub use inference::{InferenceError, Prediction, TrainedRun};
 pub use manifest::{Manifest, ManifestError, ModelEntry, StrategyConfig};
 pub use overrides::Override;
 pub use results::RunSummary;
-pub use runner::{run, RunOptions};
+pub use runner::{run, Restart, RunOptions};
 #[cfg(feature = "mpi")]
 pub use tandem_parallel::MpiRanks;
 pub use tandem_parallel::{launched_job_size, Ranks};

@@ -259,7 +259,7 @@ pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
     front
 }
 
-/// E.g. "2 × Cpu, 1 thread each", "2 × Cuda(0), shared" or "Cuda(0), Cuda(1)".
+/// E.g. "Cpu, 4 threads", "2 × Cpu, 1 thread each", "2 × Cuda(0), shared" or "Cuda(0), Cuda(1)".
 fn describe_devices(run: &RunSummary) -> String {
     let per_rank = describe_rank_devices(run);
     match &run.cluster {
@@ -275,7 +275,11 @@ fn describe_rank_devices(run: &RunSummary) -> String {
     let count = run.devices.len();
     if cpu {
         let threads = run.threads_per_device;
-        format!("{count} × {first}, {threads} thread{} each", if threads == 1 { "" } else { "s" })
+        let threads = format!("{threads} thread{}", if threads == 1 { "" } else { "s" });
+        match count {
+            1 => format!("{first}, {threads}"),
+            _ => format!("{count} × {first}, {threads} each"),
+        }
     } else if run.shared_devices && run.devices.iter().all(|d| d == first) {
         format!("{count} × {first}, shared")
     } else {

@@ -1,7 +1,9 @@
 //! Line plots over a run: holdout and validation accuracy against training time, accuracy
 //! against the bytes moved, and the train and holdout loss at each evaluation point; one panel
 //! per model, one line per strategy (mean over seeds), one legend below the panels. A time or
-//! bytes axis spanning more than ten times is drawn on a log scale.
+//! bytes axis spanning more than ten times is drawn on a log scale. A line that coincides with
+//! lines drawn before it (sequential, data-parallel and pipelined runs of the same maths) is
+//! drawn with rings around their markers, one ring wider per line under it, so none is hidden.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -87,6 +89,16 @@ fn mean_curve(runs: &[&Run], x: fn(&Run, usize) -> Option<f64>, y: fn(&EpochReco
         .collect()
 }
 
+/// For each curve, how many curves before it have the same points (to a millionth): 0 for a
+/// line drawn over no other.
+fn coinciding(curves: &[Curve]) -> Vec<usize> {
+    let same = |a: &[(f64, f64)], b: &[(f64, f64)]| {
+        let close = |u: f64, v: f64| (u - v).abs() <= 1e-6 * (1.0 + u.abs().max(v.abs()));
+        a.len() == b.len() && a.iter().zip(b).all(|(p, q)| close(p.0, q.0) && close(p.1, q.1))
+    };
+    curves.iter().enumerate().map(|(k, (_, c))| curves[..k].iter().filter(|(_, e)| same(c, e)).count()).collect()
+}
+
 /// Training loss at each evaluation point (records whose loss is 0 ran no forward pass: predicted steps).
 pub fn train_loss(table: &SettingTable) -> PlotResult<Option<String>> {
     let curve: CurveOf = |runs| loss_curve(runs, |r| r.train_loss);
@@ -159,8 +171,13 @@ fn figure(table: &SettingTable, title: &str, axis: Axis, y_desc: &str, curve: Cu
             let to_x = |x: f64| if log { x.log10() } else { x };
             let (x0, x1) = if log { (to_x(x_lo) - 0.05, to_x(x_hi) + 0.05) } else { (0.0, x_hi * 1.05) };
             let pad = ((y_hi - y_lo) * 0.08).max(0.01);
+            let under = coinciding(curves);
+            let caption = match under.iter().filter(|&&u| u > 0).count() {
+                0 => model.to_string(),
+                n => format!("{model} ({n} line{} on another: ringed)", if n == 1 { "" } else { "s" }),
+            };
             let mut chart = ChartBuilder::on(panel)
-                .caption(*model, (FONT, 16))
+                .caption(caption, (FONT, 16))
                 .margin(10)
                 .x_label_area_size(40)
                 .y_label_area_size(56)
@@ -187,14 +204,30 @@ fn figure(table: &SettingTable, title: &str, axis: Axis, y_desc: &str, curve: Cu
                     top.draw(&Text::new(significant(t), (x, y + 6), style)).map_err(err)?;
                 }
             }
-            for (s, points) in curves {
+            for ((s, points), under) in curves.iter().zip(under) {
                 let style = SeriesStyle::of(*s);
                 let points: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (to_x(x), y)).collect();
                 style.line(&mut chart, &points)?;
-                style.markers(&mut chart, &points, 3)?;
+                match under {
+                    0 => style.markers(&mut chart, &points, 3)?,
+                    _ => style.rings(&mut chart, &points, 3 + 3 * under as i32)?,
+                }
             }
         }
         Ok(())
     })
     .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_curve_on_earlier_ones_counts_them() {
+        let line = vec![(1.0, 0.5), (2.0, 0.4)];
+        let other = vec![(1.0, 0.5), (2.0, 0.3)];
+        let curves: Vec<Curve> = vec![(0, line.clone()), (1, line.clone()), (2, other), (3, line)];
+        assert_eq!(coinciding(&curves), [0, 1, 0, 2]);
+    }
 }

@@ -32,6 +32,10 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>
         toml::Value::String(s) => {
             out.insert(prefix.to_string(), s.clone());
         }
+        // TOML writes 1e-8 as 0.00000001.
+        toml::Value::Float(f) if *f != 0.0 && f.abs() < 1e-4 => {
+            out.insert(prefix.to_string(), format!("{f:e}"));
+        }
         other => {
             out.insert(prefix.to_string(), other.to_string().replace('\n', "").replace(",]", "]"));
         }

@@ -60,6 +60,7 @@ pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, Repor
         Ok(path)
     };
     std::fs::create_dir_all(out).map_err(|source| ReportError::Write { path: out.to_path_buf(), source })?;
+    let earlier_plots = plots_of_report(&out.join("report.md"));
     let mut plots = Vec::new();
     for block in &document.blocks {
         match block {
@@ -73,13 +74,35 @@ pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, Repor
         }
     }
     let finished = runs.iter().filter(|r| r.finished().is_some()).count();
-    Ok(ReportFiles {
+    let files = ReportFiles {
         markdown: write("report.md", &document.markdown())?,
         html: write("report.html", &document.html())?,
         plots,
         finished,
         not_finished: runs.len() - finished,
-    })
+    };
+    // The earlier report's plots this one does not have would read as part of it.
+    for stale in earlier_plots.iter().map(|name| out.join(name)).filter(|p| !files.plots.contains(p)) {
+        match std::fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(ReportError::Write { path: stale, source: e })
+            }
+            _ => {}
+        }
+    }
+    Ok(files)
+}
+
+/// The SVG files a `report.md` Tandem wrote links to (`](name.svg)`, in the folder itself); none
+/// without one.
+fn plots_of_report(markdown: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(markdown).unwrap_or_default();
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')').map(|(link, _)| link))
+        .filter(|link| link.ends_with(".svg") && !link.contains(['/', '\\']))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The report for `runs` (read from `inputs`, named in its opening).

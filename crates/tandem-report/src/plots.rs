@@ -293,11 +293,30 @@ pub fn stage_time(table: &SettingTable) -> PlotResult<Option<String>> {
 /// floor, labelled with their change).
 const PROTOCOL_FLOOR: f64 = 12.0;
 
+/// The top of each label of `height` pixels wanted at (left, top, width), in order: where it is
+/// wanted, or moved up a line at a time until it overlaps no label placed before it.
+fn place_labels(wanted: &[(i32, i32, i32)], height: i32) -> Vec<i32> {
+    let mut placed: Vec<(i32, i32, i32)> = Vec::new();
+    for &(left, top, width) in wanted {
+        let overlaps = |t: i32, p: &(i32, i32, i32)| {
+            left < p.0 + p.2 && p.0 < left + width && t < p.1 + height && p.1 < t + height
+        };
+        let mut t = top;
+        while placed.iter().any(|p| overlaps(t, p)) {
+            t -= height;
+        }
+        placed.push((left, t, width));
+    }
+    placed.iter().map(|p| p.1).collect()
+}
+
 /// Per model, each protocol against vanilla model parallelism: less communication (log) against
 /// the accuracy change in points, the marker's size growing with the speedup (its value beside
 /// it), the target region of the experiment's `[report]` (e.g. ≥ 27× less communication, ≥ −3
 /// points), where it sets one, shaded, and the Pareto front
-/// (most reduction for the accuracy) dashed with its points ringed.
+/// (most reduction for the accuracy) dashed with its points ringed. Each protocol has a number,
+/// in the legend and before its points' labels (which move up until no two overlap), since past
+/// ten protocols colours repeat with other marker shapes.
 pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
     let comparisons: Vec<SyncComparison> =
         sync::compare(table).into_iter().filter(|c| c.communication_reduction.is_some()).collect();
@@ -313,8 +332,11 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
             labels.push(&c.strategy);
         }
     }
-    let entries: Vec<(SeriesStyle, &str)> = labels.iter().map(|s| (style_of(s), *s)).collect();
-    let (_, legend_height) = legend_size(&labels, 960);
+    let numbered: Vec<String> = labels.iter().enumerate().map(|(k, s)| format!("{} {s}", k + 1)).collect();
+    let number_of = |strategy: &str| labels.iter().position(|s| *s == strategy).map_or(0, |k| k + 1);
+    let entries: Vec<(SeriesStyle, &str)> =
+        labels.iter().zip(&numbered).map(|(s, text)| (style_of(s), text.as_str())).collect();
+    let (_, legend_height) = legend_size(&numbered.iter().map(String::as_str).collect::<Vec<_>>(), 960);
     let rows = models.len().div_ceil(2) as u32;
     let plots_height = 400 * rows + 40;
     let title = "Protocols against vanilla model parallelism (mean over seeds; marker size and label: speedup)";
@@ -390,27 +412,44 @@ pub fn protocols(table: &SettingTable) -> PlotResult<Option<String>> {
                 .draw_series(DashedLineSeries::new(front.clone(), 6, 4, BLACK.mix(0.7).stroke_width(1)))
                 .map_err(err)?;
             chart.draw_series(front.iter().map(|p| Circle::new(*p, 11, BLACK.stroke_width(1)))).map_err(err)?;
-            // Labels of points on the floor at the same reduction are stacked upwards.
-            let mut on_floor: Vec<f64> = Vec::new();
+            let mut labelled = Vec::new();
             for (c, (reduction, change)) in &points {
                 let size = (3.0 + 2.0 * c.speedup.max(1.0).ln()).round() as i32;
-                let floored = *change < y_lo + 1.0;
                 let shown = (*reduction, change.max(y_lo + 1.0));
                 style_of(&c.strategy).markers(&mut chart, &[shown], size.min(9))?;
                 let (x, y) = chart.backend_coord(&shown);
-                let (text, lift) = match floored {
-                    true => {
-                        let below = on_floor.iter().filter(|r| (*r / reduction - 1.0).abs() < 0.05).count() as i32;
-                        on_floor.push(*reduction);
-                        (format!("{:.1}×, {change:+.0} pts", c.speedup), 13 * below)
-                    }
-                    false => (format!("{:.1}×", c.speedup), 0),
+                // A point on the floor says how far below it really is.
+                let text = match *change < y_lo + 1.0 {
+                    true => format!("{}: {:.1}×, {change:+.0} pts", number_of(&c.strategy), c.speedup),
+                    false => format!("{}: {:.1}×", number_of(&c.strategy), c.speedup),
                 };
+                labelled.push(((x, y), text));
+            }
+            let wanted: Vec<(i32, i32, i32)> =
+                labelled.iter().map(|((x, y), text)| (x + 10, y - 14, text_width(text, 11))).collect();
+            for (((x, y), text), top) in labelled.iter().zip(place_labels(&wanted, 13)) {
+                if top != y - 14 {
+                    // Moved up: a thin line back to its point.
+                    let leader = PathElement::new(vec![(*x + 4, *y - 4), (*x + 10, top + 10)], BLACK.mix(0.4));
+                    root.draw(&leader).map_err(err)?;
+                }
                 let style = TextStyle::from((FONT, 11).into_font());
-                root.draw(&Text::new(text, (x + 10, y - 4 - lift), style)).map_err(err)?;
+                root.draw(&Text::new(text.clone(), (x + 10, top), style)).map_err(err)?;
             }
         }
         Ok(())
     })
     .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place_labels;
+
+    #[test]
+    fn labels_that_would_overlap_move_up_until_none_does() {
+        // Three labels at one point, one beside them, one far away.
+        let wanted = [(100, 50, 40), (100, 50, 40), (110, 50, 40), (300, 50, 40), (100, 50, 40)];
+        assert_eq!(place_labels(&wanted, 13), [50, 37, 24, 50, 11]);
+    }
 }

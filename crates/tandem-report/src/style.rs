@@ -81,6 +81,18 @@ impl SeriesStyle {
         .map_err(err)
     }
 
+    /// A ring of `radius` pixels around each of `points`: a series drawn over others marks its
+    /// points without hiding theirs.
+    pub fn rings<'a, DB: DrawingBackend + 'a, CT: CoordTranslate<From = (f64, f64)>>(
+        &self,
+        chart: &mut ChartContext<'a, DB, CT>,
+        points: &[(f64, f64)],
+        radius: i32,
+    ) -> Result<(), String> {
+        let stroke = self.color.stroke_width(2);
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, radius, stroke))).map(|_| ()).map_err(err)
+    }
+
     /// A bar from `corners[0]` to `corners[1]` in this style: filled; outlined from the eleventh
     /// series on, and crossed by a white line from the twenty-first.
     pub fn bar<'a, DB: DrawingBackend + 'a, CT: CoordTranslate<From = (f64, f64)>>(

@@ -1,6 +1,8 @@
 //! The report of results folders written in format 1 (untyped strategy figures), read through
 //! the typed figures, gives the figures the code of that format wrote: every line of that
 //! report's tables and every one of its paragraphs is in the new report, which only adds sections.
+//! The fixture's one wording change: a single CPU device reads "Cpu, 1 thread", not "1 × Cpu, 1
+//! thread each" (so the devices column, no longer all numbers, is aligned left).
 
 use std::path::PathBuf;
 
@@ -20,4 +22,6 @@ fn a_format_1_folder_gives_the_figures_format_1_code_wrote() {
     for line in lines {
         assert!(got.lines().any(|g| g == line), "report.md lacks the line {line:?}:\n{got}");
     }
+    // Small floats of the settings table read as numbers, not as TOML writes them (0.00000001).
+    assert!(got.contains("| train.epsilon | 1e-8 |"), "{got}");
 }

@@ -525,7 +525,10 @@ fn local_learning_and_compressed_boundaries_are_compared_with_the_vanilla_run_of
 
     let files = tandem_report::write_report(&[root.path().to_path_buf()], &root.path().join("r")).unwrap();
     let texts = svg_texts(&root.path().join("r").join("protocols.svg"));
-    assert!(texts.iter().any(|t| t.trim() == "6.0×"), "each point labelled with its speedup: {texts:?}");
+    // Each point is labelled with its protocol's number in the legend and its speedup.
+    let label = texts.iter().find(|t| t.trim().ends_with(": 6.0×")).expect("local-a's point labelled with its speedup");
+    let number = label.trim().trim_end_matches(": 6.0×");
+    assert!(texts.iter().any(|t| t.trim() == format!("{number} local-a")), "{texts:?}");
     let md = std::fs::read_to_string(files.markdown).unwrap();
     assert!(md.contains("| tf | local-a | local | static | periodic | model-parallel-2s-cuts1-gpipe-4m |"), "{md}");
 }
@@ -760,6 +763,32 @@ fn per_class_tables_name_the_classes_and_each_group_gets_a_confusion_heat_map() 
     }
     let html = std::fs::read_to_string(&files.html).unwrap();
     assert!(html.contains("<div class=\"gallery\">"));
+}
+
+#[test]
+fn a_report_written_over_an_earlier_one_leaves_none_of_its_plots() {
+    let root = tempfile::tempdir().unwrap();
+    let mut dirs = Vec::new();
+    for model in ["cnn", "gru"] {
+        let dir = write_run(root.path(), RunSpec::new(model, "sequential", 1, 10.0, &[70]));
+        let mut s: RunSummary =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+        s.final_metrics = Some(metrics(70));
+        write_json(&dir.join("summary.json"), &s).unwrap();
+        dirs.push(dir);
+    }
+    let out = root.path().join("r");
+    let both = tandem_report::write_report(&[root.path().join("exp")], &out).unwrap();
+    let gru_map = out.join("confusion-gru-sequential.svg");
+    assert!(both.plots.contains(&gru_map) && gru_map.is_file());
+    std::fs::write(out.join("mine.svg"), "<svg/>").unwrap();
+
+    let cnn = tandem_report::write_report(&dirs[..1], &out).unwrap();
+    assert!(!gru_map.exists(), "the earlier report's plot of the GRU is gone");
+    for plot in &cnn.plots {
+        assert!(plot.is_file(), "{plot:?}");
+    }
+    assert!(out.join("mine.svg").is_file(), "a file the report did not link is kept");
 }
 
 #[test]

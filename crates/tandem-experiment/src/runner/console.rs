@@ -19,10 +19,47 @@ pub(super) fn run_name(entry: &ModelEntry, strategy: &StrategyConfig, seed: u64)
 /// The experiment's console: silent on the ranks of a job that do not write results.
 pub(super) struct Console {
     enabled: bool,
-    total: usize,
+    /// Every run of the experiment, in the order they run.
+    runs: Vec<PlannedRun>,
     done: usize,
+    /// Seconds per epoch of the runs that trained whole, by their index in `runs`.
+    timed: Vec<(usize, f64)>,
     started: Instant,
+    run_started: Instant,
     folder: PathBuf,
+}
+
+/// A run of the experiment, as far as its time goes.
+#[derive(Clone, Debug, PartialEq)]
+struct PlannedRun {
+    model: String,
+    strategy: String,
+    epochs: usize,
+}
+
+/// The time the runs after the first `done` of `runs` will take: each at the seconds per epoch
+/// timed for its model and strategy, else for its model, else the mean of every timed run (a
+/// guess: how many runs needed it is returned too). `None` before any run was timed.
+fn time_left(runs: &[PlannedRun], done: usize, timed: &[(usize, f64)]) -> Option<(Duration, usize)> {
+    let mean = |of: &dyn Fn(&PlannedRun) -> bool| {
+        let rates: Vec<f64> = timed.iter().filter(|(i, _)| of(&runs[*i])).map(|(_, r)| *r).collect();
+        (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64)
+    };
+    let overall = mean(&|_| true)?;
+    let mut guessed = 0;
+    let seconds: f64 = runs[done.min(runs.len())..]
+        .iter()
+        .map(|run| {
+            let per_epoch = mean(&|r| r.model == run.model && r.strategy == run.strategy)
+                .or_else(|| mean(&|r| r.model == run.model))
+                .unwrap_or_else(|| {
+                    guessed += 1;
+                    overall
+                });
+            per_epoch * run.epochs as f64
+        })
+        .sum();
+    Some((Duration::from_secs_f64(seconds), guessed))
 }
 
 impl Console {
@@ -38,6 +75,14 @@ impl Console {
         let (models, strategies, seeds) =
             (manifest.models.len(), manifest.strategies.len(), manifest.experiment.seeds.len());
         let total = models * strategies * seeds;
+        let mut runs = Vec::with_capacity(total);
+        for model in &manifest.models {
+            for strategy in &manifest.strategies {
+                let run =
+                    PlannedRun { model: model.name.clone(), strategy: strategy.label(), epochs: model.train.epochs };
+                runs.extend(std::iter::repeat_n(run, seeds));
+            }
+        }
         let folder = out.join(&manifest.experiment.name);
         if enabled {
             let devices: Vec<String> = devices.iter().map(ToString::to_string).collect();
@@ -55,31 +100,43 @@ impl Console {
             eprintln!("  backend: {backend} on {}", devices.join(", "));
             eprintln!("  results: {}", folder.display());
         }
-        Self { enabled, total, done: 0, started: Instant::now(), folder }
+        Self { enabled, runs, done: 0, timed: Vec::new(), started: Instant::now(), run_started: Instant::now(), folder }
     }
 
     /// Announces the next run.
-    pub fn begin_run(&self, name: &str) {
+    pub fn begin_run(&mut self, name: &str) {
+        self.run_started = Instant::now();
         if self.enabled {
-            eprintln!("run {} of {}: {name}", self.done + 1, self.total);
+            eprintln!("run {} of {}: {name}", self.done + 1, self.runs.len());
         }
     }
 
-    /// Records a finished run; prints the time spent and, from the runs so far, the time left.
-    pub fn end_run(&mut self) {
+    /// Records the run begun last, `whole` when it trained from its first epoch to its last here
+    /// (not skipped, not resumed); prints the time spent and an estimate of the time left from
+    /// the whole runs so far.
+    pub fn end_run(&mut self, whole: bool) {
+        if whole {
+            let epochs = self.runs.get(self.done).map_or(1, |r| r.epochs.max(1));
+            self.timed.push((self.done, self.run_started.elapsed().as_secs_f64() / epochs as f64));
+        }
         self.done += 1;
-        if !self.enabled || self.done == self.total {
+        let total = self.runs.len();
+        if !self.enabled || self.done >= total {
             return;
         }
-        let elapsed = self.started.elapsed();
-        let left = elapsed.mul_f64((self.total - self.done) as f64 / self.done as f64);
-        eprintln!(
-            "{} of {} runs done in {}, about {} left",
-            self.done,
-            self.total,
-            human_duration(elapsed),
-            human_duration(left)
-        );
+        let elapsed = human_duration(self.started.elapsed());
+        match time_left(&self.runs, self.done, &self.timed) {
+            Some((left, 0)) => {
+                eprintln!("{} of {total} runs done in {elapsed}, about {} left", self.done, human_duration(left))
+            }
+            Some((left, guessed)) => eprintln!(
+                "{} of {total} runs done in {elapsed}, about {} left ({} of models or strategies not timed yet)",
+                self.done,
+                human_duration(left),
+                counted(guessed, "run", "runs")
+            ),
+            None => eprintln!("{} of {total} runs done in {elapsed}", self.done),
+        }
     }
 
     /// The closing lines: where the results are and the command that reports them.
@@ -114,7 +171,7 @@ pub(super) fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBa
     // stderr target: drawn only when stderr is a terminal.
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     if let Ok(style) =
-        ProgressStyle::with_template("{prefix} [{bar:30}] {done}/{all} samples, {rate} samples/s, eta {eta} {msg}")
+        ProgressStyle::with_template("{prefix} [{bar:30}] {done}/{all} samples, {rate} samples/s, {left} {msg}")
     {
         let style = style
             .with_key("done", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
@@ -123,8 +180,15 @@ pub(super) fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBa
             .with_key("all", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
                 let _ = w.write_str(&human_count(s.len().unwrap_or(0) as f64));
             })
+            // Nothing to go by before the first samples: "–", not "0" and "eta 0s".
             .with_key("rate", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
-                let _ = w.write_str(&human_count(s.per_sec()));
+                let _ = w.write_str(&if s.pos() == 0 { "–".into() } else { human_count(s.per_sec()) });
+            })
+            .with_key("left", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = match s.pos() {
+                    0 => w.write_str("time left –"),
+                    _ => write!(w, "{} left", human_duration(s.eta())),
+                };
             });
         bar.set_style(style.progress_chars("=> "));
     }
@@ -176,5 +240,28 @@ mod tests {
         assert_eq!(human_duration(Duration::from_secs(42)), "42 s");
         assert_eq!(human_duration(Duration::from_secs(106)), "1 min 46 s");
         assert_eq!(human_duration(Duration::from_secs(7500)), "2 h 05 min");
+    }
+
+    fn planned(model: &str, strategy: &str, epochs: usize) -> PlannedRun {
+        PlannedRun { model: model.into(), strategy: strategy.into(), epochs }
+    }
+
+    #[test]
+    fn the_time_left_weighs_each_run_by_what_its_model_and_strategy_took() {
+        let runs = [
+            planned("cnn", "sequential", 5),
+            planned("cnn", "data-parallel", 5),
+            planned("lstm", "sequential", 10),
+            planned("lstm", "data-parallel", 10),
+        ];
+        let secs = |d: Duration| d.as_secs_f64().round() as u64;
+        assert_eq!(time_left(&runs, 1, &[]), None, "nothing timed yet (the first run was skipped)");
+        // The CNN took 2 s an epoch: the rest at that rate, the LSTM's runs a guess.
+        let (left, guessed) = time_left(&runs, 1, &[(0, 2.0)]).unwrap();
+        assert_eq!((secs(left), guessed), (10 + 20 + 20, 2));
+        // The LSTM took 9 s an epoch: its other run is timed by it, not by the CNN's.
+        let (left, guessed) = time_left(&runs, 3, &[(0, 2.0), (1, 3.0), (2, 9.0)]).unwrap();
+        assert_eq!((secs(left), guessed), (90, 0));
+        assert_eq!(time_left(&runs, 4, &[(0, 2.0)]).map(|(l, g)| (secs(l), g)), Some((0, 0)));
     }
 }

@@ -52,13 +52,25 @@ pub struct RunOptions {
     /// This process's place in a multi-process job (`mpirun`); `None` or one rank: a
     /// single-process run.
     pub ranks: Option<Arc<dyn Ranks>>,
-    /// Start every run over, replacing its folder (otherwise finished runs are skipped and
-    /// unfinished ones resumed).
-    pub fresh: bool,
+    /// Which runs already in `out` start over; the others are skipped when finished and
+    /// resumed when not.
+    pub restart: Restart,
     /// What ends the process when a worker thread never returns, once the run's failure is
     /// written (a thread cannot be stopped from outside; `tandem` exits with status 1).
     /// `None`: wait for the worker.
     pub on_stuck_worker: Option<fn()>,
+}
+
+/// Which runs whose folder already exists start over, their folder replaced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Restart {
+    /// None: a run whose manifest changed is refused, naming what changed.
+    #[default]
+    None,
+    /// The runs whose manifest changed (`--restart-changed`).
+    Changed,
+    /// Every run (`--fresh`).
+    All,
 }
 
 impl RunOptions {
@@ -76,7 +88,7 @@ impl Default for RunOptions {
             out: PathBuf::from("results"),
             progress: true,
             ranks: None,
-            fresh: false,
+            restart: Restart::None,
             on_stuck_worker: None,
         }
     }
@@ -226,14 +238,14 @@ pub fn run(manifest: &Manifest, options: &RunOptions) -> Result<Vec<RunSummary>,
             for &seed in &manifest.experiment.seeds {
                 console.begin_run(&console::run_name(model, strategy, seed));
                 let key = plan::RunKey { entry: model, strategy, seed };
-                let summary = run_one(manifest, key, backend, &devices, &data, options)?;
-                console.end_run();
+                let ran = run_one(manifest, key, backend, &devices, &data, options)?;
                 if let Some(signal) =
                     signals::agreed_stop(ranks, strategy.timeout()).map_err(|e| RunError::Job(e.to_string()))?
                 {
                     return Err(RunError::Interrupted { signal });
                 }
-                summaries.extend(summary);
+                console.end_run(ran.whole);
+                summaries.extend(ran.summary);
             }
         }
     }

@@ -18,12 +18,12 @@ pub(super) fn run_one(
     devices: &[DeviceSpec],
     data: &PreparedData,
     options: &RunOptions,
-) -> Result<Option<RunSummary>, RunError> {
+) -> Result<Ran, RunError> {
     let mut plan = RunPlan::make(manifest, key, backend, devices, options)?;
     let resume = match std::mem::replace(&mut plan.action, Action::Start) {
         Action::Skip(summary) => {
             eprintln!("{}: skipped (finished before with the same manifest) → {}", plan.run_id, plan.dir.display());
-            return Ok(summary.map(|s| *s));
+            return Ok(Ran { summary: summary.map(|s| *s), whole: false });
         }
         Action::Start => None,
         Action::Resume(checkpoint) => {
@@ -68,7 +68,16 @@ pub(super) fn run_one(
     end_summary(&mut summary, &outcome, &plan);
     write_summary(&plan, &summary)?;
     tell_end(&plan, &summary, &outcome, manifest, options);
-    Ok(Some(summary))
+    Ok(Ran { summary: Some(summary), whole: resume.is_none() })
+}
+
+/// What [`run_one`] did.
+pub(super) struct Ran {
+    /// The run's summary (`None` on the ranks of a job that do not write results and skipped it).
+    pub summary: Option<RunSummary>,
+    /// Whether it trained every epoch in this process: not skipped, not resumed (its time is
+    /// then the time of the whole run).
+    pub whole: bool,
 }
 
 /// What the run's summary says before it trains.

@@ -69,7 +69,7 @@ impl<'a> RunPlan<'a> {
         resolved.experiment.devices = devices.iter().map(ToString::to_string).collect();
         let resolved_toml = resolved.to_toml();
         let (lock, plan) = match writes_results {
-            true => resume::prepare(&dir, &resolved_toml, options.fresh).map(|(lock, plan)| (Some(lock), plan))?,
+            true => resume::prepare(&dir, &resolved_toml, options.restart).map(|(lock, plan)| (Some(lock), plan))?,
             false => (None, Plan::Start),
         };
         let action = match ranks {

@@ -1,7 +1,7 @@
 //! What a run folder that already exists means for a new `tandem run`: a finished run of the
 //! same resolved manifest is skipped, an unfinished one continues from its checkpoint, and a
-//! folder of a different manifest is refused (naming what changed) unless `--fresh`. A lock
-//! file keeps two processes out of the same folder.
+//! folder of a different manifest is refused (naming what changed) unless `--restart-changed`
+//! or `--fresh` says to start it over. A lock file keeps two processes out of the same folder.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use tandem_parallel::Ranks;
 use tandem_results::folder::{read_run, RunState};
 use tandem_train::{EpochRecord, PartialPoint, StateError, StateParts};
 
-use super::RunError;
+use super::{Restart, RunError};
 use crate::results::RunSummary;
 
 /// The checkpoint's file name in a run folder.
@@ -45,24 +45,14 @@ impl Drop for RunLock {
 }
 
 /// Locks `dir` (creating it) and decides what to do with the run whose resolved manifest is
-/// `resolved_toml`. `fresh`: whatever is there is removed and the run starts over.
-pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(RunLock, Plan), RunError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| RunError::Results { path, source }
-    };
+/// `resolved_toml`; what `restart` names starts over, whatever is in the folder removed.
+pub(super) fn prepare(dir: &Path, resolved_toml: &str, restart: Restart) -> Result<(RunLock, Plan), RunError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let lock = acquire(&dir.join(LOCK))?;
     remove_temporary_files(dir).map_err(|(path, source)| RunError::Results { path, source })?;
     let recorded = dir.join("manifest.toml");
-    if fresh {
-        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-            let path = entry.map_err(io(dir))?.path();
-            if path != lock.0 {
-                let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
-                removed.map_err(io(&path))?;
-            }
-        }
+    if restart == Restart::All {
+        empty(dir, &lock)?;
         return Ok((lock, Plan::Start));
     }
     if !recorded.is_file() {
@@ -77,10 +67,16 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(R
     }
     let before = read_recorded_manifest(&recorded).map_err(RunError::Config)?;
     if before != resolved_toml {
+        let changed = changed_keys(&before, resolved_toml).join(", ");
+        if restart == Restart::Changed {
+            eprintln!("{}: its manifest changed ({changed}): starting it over", dir.display());
+            empty(dir, &lock)?;
+            return Ok((lock, Plan::Start));
+        }
         return Err(RunError::Config(format!(
-            "{} was run with another manifest (changed: {}); pass --fresh to start it over, or choose another --out",
-            dir.display(),
-            changed_keys(&before, resolved_toml).join(", ")
+            "{} was run with another manifest (changed: {changed}); pass --restart-changed to start over the runs \
+             whose manifest changed (keeping the others), --fresh to start every run over, or choose another --out",
+            dir.display()
         )));
     }
     let run = read_run(dir);
@@ -108,6 +104,24 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, fresh: bool) -> Result<(R
     }
     let records = run.epochs.into_iter().take(done).collect();
     Ok((lock, Plan::Resume(Box::new(Checkpoint { records, partial, strategy }))))
+}
+
+/// How a failed read or write of `path` is reported.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError {
+    let path = path.to_path_buf();
+    move |source| RunError::Results { path, source }
+}
+
+/// Removes everything in run folder `dir` but its lock.
+fn empty(dir: &Path, lock: &RunLock) -> Result<(), RunError> {
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        if path != lock.0 {
+            let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+            removed.map_err(io(&path))?;
+        }
+    }
+    Ok(())
 }
 
 /// The text of a run folder's `manifest.toml`, which Tandem wrote: TOML, or the folder is damaged.
