@@ -98,12 +98,21 @@ mod tests {
 
     #[test]
     fn two_ranks_of_one_replica_equal_one_process_of_two() {
-        across_ranks_equals_one_process(1);
+        across_ranks_equals_one_process(1, "");
     }
 
     #[test]
     fn two_ranks_of_two_replicas_equal_one_process_of_four() {
-        across_ranks_equals_one_process(2);
+        across_ranks_equals_one_process(2, "");
+    }
+
+    /// With a batch per replica, each of the four replicas of the job takes 30 rows: a global
+    /// batch of 120, as in one process of four.
+    #[test]
+    fn a_batch_per_replica_spans_every_replica_of_the_job() {
+        if let Some(job) = across_ranks_equals_one_process(2, "batch = \"per-replica\"\nlr_scaling = \"sqrt\"\n") {
+            assert_eq!(job.global_batch, Some(120));
+        }
     }
 
     /// Relative distance between two runs' saved parameters.
@@ -133,17 +142,16 @@ mod tests {
         assert!(ok, "{stderr}");
     }
 
-    /// 2 ranks × `replicas` against 1 process × 2·`replicas`: the same shards of every batch, so
-    /// the same parameters after training.
-    fn across_ranks_equals_one_process(replicas: usize) {
-        let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
+    /// 2 ranks × `replicas` against 1 process × 2·`replicas` (`extra`: more data-parallel
+    /// settings): the same shards of every batch, so the same parameters after training. Returns
+    /// the job's summary (`None`: skipped, without MPI or data).
+    fn across_ranks_equals_one_process(replicas: usize, extra: &str) -> Option<RunSummary> {
+        let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return None };
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("results");
-        run_on_two_ranks(
-            &out,
-            &manifest(dir.path(), "across", &data, &data_parallel(replicas, ""), 2, "\n[cluster]\nranks = 2\n"),
-        );
-        run_in_one_process(&out, &manifest(dir.path(), "single", &data, &data_parallel(2 * replicas, ""), 2, ""));
+        let (across, single) = (data_parallel(replicas, extra), data_parallel(2 * replicas, extra));
+        run_on_two_ranks(&out, &manifest(dir.path(), "across", &data, &across, 2, "\n[cluster]\nranks = 2\n"));
+        run_in_one_process(&out, &manifest(dir.path(), "single", &data, &single, 2, ""));
         let (across, single) = (run_dir(&out, "across", "gru"), run_dir(&out, "single", "gru"));
         let difference = parameter_difference(&across, &single);
         eprintln!("2 ranks × {replicas} vs 1 process × {}: relative parameter difference {difference:e}", 2 * replicas);
@@ -158,6 +166,7 @@ mod tests {
             "{cluster:?}"
         );
         assert_eq!(summary.train_samples, single_summary.train_samples);
+        assert_eq!(summary.global_batch, single_summary.global_batch);
         let loss = |s: &RunSummary| s.final_holdout_loss.unwrap();
         assert!(
             (loss(&summary) - loss(&single_summary)).abs() < 1e-4,
@@ -166,6 +175,7 @@ mod tests {
             loss(&single_summary)
         );
         assert_rank_1_finished(&across, 2);
+        Some(summary)
     }
 
     fn assert_rank_1_finished(run: &Path, epochs: usize) {

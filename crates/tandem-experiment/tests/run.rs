@@ -117,3 +117,35 @@ fn a_validation_split_is_evaluated_at_every_point_and_the_report_target_kept_bes
     run(&m, &options).unwrap();
     assert!(!experiment.join(tandem_results::REPORT_FILE).exists());
 }
+
+#[test]
+fn data_parallelism_with_a_batch_per_replica_trains_as_sequential_training_on_the_global_batch() {
+    let Some(data) = data_dir() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let base = manifest(&data, "ndarray", &["cpu"]);
+    let (strategies, models) = (base.find("[[strategies]]").unwrap(), base.find("[[models]]").unwrap());
+    // Dropout off: replicas draw their masks from streams of their own.
+    let gru = base[models..base.rfind("[[models]]").unwrap()].trim_end().to_string()
+        + "\ndropout = 0.0\nembedding_dropout = 0.0\n";
+    let with = |strategy: &str| format!("{}{strategy}\n\n{gru}", &base[..strategies]);
+    let per_replica = with("[[strategies]]\nkind = \"data-parallel\"\nreplicas = 2\nbatch = \"per-replica\"");
+    // The same rows in one batch of 2 × 32 on one device.
+    let sequential = with("[[strategies]]\nkind = \"sequential\"").replace("batch_size = 32", "batch_size = 64");
+    let options = RunOptions { out: out.path().to_path_buf(), progress: false, ..Default::default() };
+    let mut summaries = Vec::new();
+    for text in [per_replica, sequential] {
+        let m = Manifest::parse(&text, Path::new("tiny.toml")).unwrap();
+        summaries.extend(run(&m, &options).unwrap());
+    }
+    let (dp, seq) = (&summaries[0], &summaries[1]);
+    assert_eq!(dp.run_id, "gru-data-parallel-2x-tree-per-replica-seed1");
+    assert_eq!((dp.global_batch, seq.global_batch), (Some(64), Some(64)));
+    let steps = |s: &tandem_experiment::RunSummary| {
+        let text = std::fs::read_to_string(out.path().join("tiny").join(&s.run_id).join("epochs.jsonl")).unwrap();
+        text.lines().map(|l| serde_json::from_str::<tandem_train::EpochRecord>(l).unwrap().steps).collect::<Vec<_>>()
+    };
+    // 200 rows in global batches of 64: 4 steps an epoch (batches of 32: 7).
+    assert_eq!((steps(dp), steps(seq)), (vec![4, 4], vec![4, 4]));
+    let (a, b) = (dp.final_holdout_loss.unwrap(), seq.final_holdout_loss.unwrap());
+    assert!((a - b).abs() <= 1e-5 * b.abs(), "holdout loss {a} vs sequential's {b}");
+}

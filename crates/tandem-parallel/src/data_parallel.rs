@@ -39,6 +39,51 @@ pub struct DataParallelConfig {
     /// multi-process job an all-reduce across ranks gives up sooner, after 90 % of it, so that
     /// the error names the wait.
     pub timeout_seconds: f64,
+    /// Which batch `[train] batch_size` is: the global batch, split into a shard per replica
+    /// (`global`), or each replica's own, as PyTorch's DDP runs it (`per-replica`).
+    pub batch: BatchSemantics,
+    /// How the learning rate follows a `per-replica` global batch `k` times `[train] batch_size`.
+    pub lr_scaling: LrScaling,
+}
+
+/// Which batch `[train] batch_size` is in data-parallel training.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchSemantics {
+    /// The global batch, split into one shard per replica: each step trains on the rows a
+    /// sequential step trains on, with the same result.
+    #[default]
+    Global,
+    /// Each replica's batch: a step trains on replicas × `batch_size` rows (every replica of
+    /// every process), so an epoch has 1/replicas of the steps; the same as sequential training
+    /// at that global batch.
+    PerReplica,
+}
+
+/// How the learning rate follows a global batch `k` times `[train] batch_size` ("Accurate,
+/// Large Minibatch SGD: Training ImageNet in 1 Hour", Goyal et al., 2017, with `[train]
+/// warmup_steps` for the warm-up it pairs with the linear rule).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrScaling {
+    /// The learning rate as `[train]` sets it.
+    #[default]
+    None,
+    /// Times `k`.
+    Linear,
+    /// Times √`k`.
+    Sqrt,
+}
+
+impl LrScaling {
+    /// The learning rate's factor for a global batch `k` times the manifest's.
+    pub fn factor(self, k: usize) -> f64 {
+        match self {
+            Self::None => 1.0,
+            Self::Linear => k as f64,
+            Self::Sqrt => (k as f64).sqrt(),
+        }
+    }
 }
 
 impl Default for DataParallelConfig {
@@ -49,6 +94,8 @@ impl Default for DataParallelConfig {
             bucket_mb: 25.0,
             sparse_embedding: true,
             timeout_seconds: 600.0,
+            batch: BatchSemantics::Global,
+            lr_scaling: LrScaling::None,
         }
     }
 }
@@ -64,13 +111,28 @@ impl StrategyKind for DataParallelConfig {
         "data-parallel"
     }
 
-    /// E.g. `data-parallel-2x-tree`.
+    /// E.g. `data-parallel-2x-tree`, `data-parallel-2x-tree-per-replica-lr-sqrt`.
     fn label(&self) -> String {
-        format!("data-parallel-{}x-{}", self.replicas, self.all_reduce.name())
+        let batch = match self.batch {
+            BatchSemantics::Global => "",
+            BatchSemantics::PerReplica => "-per-replica",
+        };
+        let lr = match self.lr_scaling {
+            LrScaling::None => "",
+            LrScaling::Linear => "-lr-linear",
+            LrScaling::Sqrt => "-lr-sqrt",
+        };
+        format!("data-parallel-{}x-{}{batch}{lr}", self.replicas, self.all_reduce.name())
     }
 
     fn validate(&self) -> Result<(), Invalid> {
         positive("replicas", self.replicas)?;
+        if self.lr_scaling != LrScaling::None && self.batch == BatchSemantics::Global {
+            return Err(Invalid::at(
+                "lr_scaling",
+                "`lr_scaling` follows a larger global batch: it needs `batch = \"per-replica\"` (with `global` the batch is `[train] batch_size`)".to_string(),
+            ));
+        }
         if !(self.bucket_mb > 0.0 && self.bucket_mb.is_finite()) {
             return Err(Invalid::at("bucket_mb", format!("`bucket_mb` must be positive, got {}", self.bucket_mb)));
         }
@@ -87,6 +149,22 @@ impl StrategyKind for DataParallelConfig {
 
     fn timeout(&self) -> Duration {
         Duration::from_secs_f64(self.timeout_seconds)
+    }
+
+    /// With a batch per replica: a global batch of every replica's (of every process), and the
+    /// learning rate scaled for it.
+    fn train_for(&self, train: &TrainConfig, ranks: usize) -> TrainConfig {
+        match self.batch {
+            BatchSemantics::Global => train.clone(),
+            BatchSemantics::PerReplica => {
+                let k = self.replicas * ranks.max(1);
+                TrainConfig {
+                    batch_size: train.batch_size * k,
+                    learning_rate: train.learning_rate * self.lr_scaling.factor(k),
+                    ..train.clone()
+                }
+            }
+        }
     }
 
     fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError> {

@@ -80,6 +80,12 @@ pub trait StrategyKind {
     fn spans_ranks(&self) -> bool {
         true
     }
+    /// The training settings its runs train with, from the manifest's `train` (`ranks`: the
+    /// processes of the job, 1 in a single process): the same, unless the kind's batch is not
+    /// `[train] batch_size` (data parallelism with a batch per replica).
+    fn train_for(&self, train: &TrainConfig, _ranks: usize) -> TrainConfig {
+        train.clone()
+    }
     /// The strategy these settings describe, from `with`.
     fn build<B: AutodiffBackend>(&self, with: Ingredients<B>) -> Result<Box<dyn Strategy<B>>, BuildError>
     where

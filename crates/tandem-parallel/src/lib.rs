@@ -30,7 +30,7 @@ mod supervisor;
 
 pub use collective::AllReduceKind;
 pub use compression::{CompressionConfig, Scheme};
-pub use data_parallel::{DataParallel, DataParallelConfig};
+pub use data_parallel::{BatchSemantics, DataParallel, DataParallelConfig, LrScaling};
 pub use exchange::{CommStats, GradientExchange};
 pub use kind::{BuildError, Ingredients, StrategyKind};
 pub use link::{Interconnect, Preset};

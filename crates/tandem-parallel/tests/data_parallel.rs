@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, NdArray};
 use tandem_models::{Architecture, Classifier, ModelConfig};
-use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
+use tandem_parallel::{AllReduceKind, BatchSemantics, DataParallel, DataParallelConfig, LrScaling, StrategyKind};
 use tandem_testing::{
     epoch_plan, exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
     train_toy,
@@ -83,6 +83,40 @@ fn uneven_shards_and_dense_exchange_match_sequential() {
     assert!(diff <= 1e-5, "5 replicas, batch 4: parameters differ by {diff:e}");
     // The whole embedding table instead of its touched rows: same result.
     assert_same_training(gru, 2, AllReduceKind::Ring, false);
+}
+
+/// With a batch per replica each replica takes `batch_size` rows: the replicas train as
+/// sequential training does on their rows together, at the learning rate the rule scales, in
+/// 1/replicas of the steps; one replica is sequential training at `batch_size`.
+#[test]
+fn a_batch_per_replica_is_sequential_training_on_the_replicas_rows_together() {
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let base = TrainConfig { batch_size: 2, ..exact_train_config() };
+    let gru = &toy_model(Architecture::Gru);
+    for (replicas, lr_scaling) in [(1, LrScaling::Linear), (2, LrScaling::Linear), (3, LrScaling::Sqrt)] {
+        let config =
+            DataParallelConfig { replicas, batch: BatchSemantics::PerReplica, lr_scaling, ..Default::default() };
+        let train = config.train_for(&base, 1);
+        assert_eq!(train.batch_size, 2 * replicas);
+        assert!((train.learning_rate - base.learning_rate * lr_scaling.factor(replicas)).abs() < 1e-12);
+        let mut sequential = Sequential::new(initial_model::<B>(gru, vocab_size), &train, Default::default());
+        let expected = one_epoch(&mut sequential, &data, &train);
+        let mut parallel = data_parallel(initial_model(gru, vocab_size), config, &train);
+        let got = one_epoch(&mut parallel, &data, &train);
+        let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
+        assert!(diff <= 1e-5, "{replicas} replicas: parameters differ by {diff:e} (relative)");
+        let steps = data.len().div_ceil(2 * replicas);
+        assert_eq!((got.steps, expected.steps), (steps, steps), "{replicas} replicas: 1/replicas of the steps");
+    }
+    // Across two processes of two replicas each: a global batch of four replicas' rows.
+    let config = DataParallelConfig { replicas: 2, batch: BatchSemantics::PerReplica, ..Default::default() };
+    assert_eq!(config.train_for(&base, 2).batch_size, 8);
+    assert_eq!(config.train_for(&base, 2).learning_rate, base.learning_rate, "no rule: the rate as set");
+    // A rule for a batch that does not grow is refused, naming the key.
+    let global = DataParallelConfig { lr_scaling: LrScaling::Sqrt, ..Default::default() };
+    let err = global.validate().unwrap_err();
+    assert!(err.to_string().contains("lr_scaling") && err.to_string().contains("per-replica"), "{err}");
 }
 
 #[test]

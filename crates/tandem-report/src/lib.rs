@@ -93,6 +93,29 @@ pub fn write_report(inputs: &[PathBuf], out: &Path) -> Result<ReportFiles, Repor
     Ok(files)
 }
 
+/// Where the strategies of a setting train on global batches of different sizes (data
+/// parallelism with a batch per replica), which batch each took: their speedups and accuracies
+/// then compare training at different batch sizes, in different numbers of steps.
+fn global_batches_note(table: &SettingTable) -> Option<String> {
+    let mut batches: Vec<(String, usize)> = Vec::new();
+    for g in &table.groups {
+        for batch in g.runs.iter().filter_map(|r| r.finished()?.global_batch) {
+            if !batches.iter().any(|(s, b)| *s == g.strategy && *b == batch) {
+                batches.push((g.strategy.clone(), batch));
+            }
+        }
+    }
+    let first = batches.first()?.1;
+    if batches.iter().all(|(_, b)| *b == first) {
+        return None;
+    }
+    let listed: Vec<String> = batches.iter().map(|(s, b)| format!("{s} {b}")).collect();
+    Some(format!(
+        "Global batches differ (rows a step trains on, over every replica): {}. Speedups and accuracies across them compare training at different batch sizes, in different numbers of steps.",
+        listed.join(", ")
+    ))
+}
+
 /// The SVG files a `report.md` Tandem wrote links to (`](name.svg)`, in the folder itself); none
 /// without one.
 fn plots_of_report(markdown: &Path) -> Vec<String> {
@@ -251,6 +274,9 @@ fn setting_section(doc: &mut Document, index: usize, table: &SettingTable, suffi
             })
             .collect(),
     });
+    if let Some(note) = global_batches_note(table) {
+        doc.push(Block::Paragraph(note));
+    }
     hyper::section(doc, table);
     classes::section(doc, table, suffix).map_err(|message| ReportError::Plot { plot: "confusion".into(), message })?;
     communication_table(doc, table);

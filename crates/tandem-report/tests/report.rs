@@ -100,6 +100,7 @@ fn summary(spec: &RunSpec, records: &[EpochRecord]) -> RunSummary {
         tandem_version: "0.1.0".into(),
         started_at: "2026-12-01T00:00:00Z".into(),
         manifest_hash: None,
+        global_batch: None,
     });
     s.status = RunStatus::Finished;
     s.devices = vec!["cpu".into(), "cpu".into()];
@@ -763,6 +764,23 @@ fn per_class_tables_name_the_classes_and_each_group_gets_a_confusion_heat_map() 
     }
     let html = std::fs::read_to_string(&files.html).unwrap();
     assert!(html.contains("<div class=\"gallery\">"));
+}
+
+#[test]
+fn strategies_of_different_global_batches_are_named_with_their_batch() {
+    let root = tempfile::tempdir().unwrap();
+    for (strategy, batch) in [("sequential", 32), ("data-parallel-2x-tree-per-replica", 64)] {
+        let dir = write_run(root.path(), RunSpec::new("gru", strategy, 1, 10.0, &[70]));
+        let mut s: RunSummary =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+        s.global_batch = Some(batch);
+        write_json(&dir.join("summary.json"), &s).unwrap();
+    }
+    let out = root.path().join("r");
+    let md = std::fs::read_to_string(tandem_report::write_report(&[root.path().to_path_buf()], &out).unwrap().markdown)
+        .unwrap();
+    assert!(md.contains("Global batches differ") && md.contains("data-parallel-2x-tree-per-replica 64"), "{md}");
+    assert!(md.contains("sequential 32"), "{md}");
 }
 
 #[test]

@@ -107,6 +107,11 @@ pub struct RunSummary {
     /// model, what bounds a GPU step's time. All replicas or stages of the process together.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub kernel_launches_per_step: Option<f64>,
+    /// Rows a training step trains on, over every replica: `[train] batch_size`, or replicas ×
+    /// it for data parallelism with a batch per replica. Absent in folders written before it was
+    /// recorded.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub global_batch: Option<usize>,
 }
 
 /// What a run's summary says before it trains: which run, on what, with which data.
@@ -130,6 +135,8 @@ pub struct RunStart {
     pub tandem_version: String,
     pub started_at: String,
     pub manifest_hash: Option<String>,
+    /// Rows a training step trains on, over every replica.
+    pub global_batch: Option<usize>,
 }
 
 impl RunSummary {
@@ -184,6 +191,7 @@ impl RunSummary {
             reproducibility: None,
             cluster: None,
             kernel_launches_per_step: None,
+            global_batch: start.global_batch,
         }
     }
 

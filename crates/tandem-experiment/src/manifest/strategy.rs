@@ -78,6 +78,12 @@ impl StrategyConfig {
         self.kind().label()
     }
 
+    /// The training settings a model whose `[train]` is `train` trains with under this strategy
+    /// in a job of `ranks` processes (1: a single process).
+    pub fn train_for(&self, train: &TrainConfig, ranks: usize) -> TrainConfig {
+        self.kind().train_for(train, ranks)
+    }
+
     /// Compute threads per device for a model trained with `train`.
     pub fn threads(&self, train: &TrainConfig) -> usize {
         self.kind().threads().unwrap_or(train.threads)

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use indicatif::ProgressBar;
 use tandem_parallel::Ranks;
+use tandem_train::TrainConfig;
 
 use super::resume::Checkpoint;
 use super::PreparedData;
@@ -14,6 +15,9 @@ use crate::manifest::{ModelEntry, StrategyConfig};
 pub(super) struct RunContext<'a> {
     pub entry: &'a ModelEntry,
     pub strategy: &'a StrategyConfig,
+    /// The model's `[train]` as the strategy trains with it (a data-parallel batch per replica
+    /// makes a larger global batch).
+    pub train: TrainConfig,
     pub seed: u64,
     pub data: &'a PreparedData,
     pub dir: &'a Path,

@@ -41,11 +41,13 @@ pub(super) fn run_one(
     };
     plan.open_folder(&data.vocab)?;
     let threads = key.strategy.threads(&key.entry.train);
-    let mut summary = RunSummary::begun(run_start(manifest, &plan, data, threads));
-    let total = (key.entry.train.epochs * data.train.len()) as u64;
+    let train = key.strategy.train_for(&key.entry.train, plan.ranks.map_or(1, |r| r.size()));
+    let mut summary = RunSummary::begun(run_start(manifest, &plan, data, threads, train.batch_size));
+    let total = (train.epochs * data.train.len()) as u64;
     let ctx = RunContext {
         entry: key.entry,
         strategy: key.strategy,
+        train,
         seed: key.seed,
         data,
         dir: &plan.dir,
@@ -81,7 +83,7 @@ pub(super) struct Ran {
 }
 
 /// What the run's summary says before it trains.
-fn run_start(manifest: &Manifest, plan: &RunPlan, data: &PreparedData, threads: usize) -> RunStart {
+fn run_start(manifest: &Manifest, plan: &RunPlan, data: &PreparedData, threads: usize, batch: usize) -> RunStart {
     let RunKey { entry, strategy, seed } = plan.key;
     RunStart {
         experiment: manifest.experiment.name.clone(),
@@ -108,6 +110,7 @@ fn run_start(manifest: &Manifest, plan: &RunPlan, data: &PreparedData, threads: 
         tandem_version: crate::VERSION.into(),
         started_at: results::now_utc(),
         manifest_hash: Some(results::manifest_hash(&plan.resolved_toml)),
+        global_batch: Some(batch),
     }
 }
 

@@ -37,7 +37,7 @@ impl<'a> Recorder<'a> {
             None => (Vec::new(), None),
         };
         let steps_done = written.iter().map(|r| r.steps).chain(partial.iter().map(|p| p.stats.steps)).sum::<usize>();
-        ctx.progress.inc((steps_done * ctx.entry.train.batch_size) as u64);
+        ctx.progress.inc((steps_done * ctx.train.batch_size) as u64);
         // Same initial parameters on every rank (checked), but each rank its own dropout masks.
         let rng_seed = ctx.seed.wrapping_add(ctx.ranks.map_or(0, |r| r.rank() as u64));
         let start = Start { points_done: written.len(), partial, rng_seed };

@@ -77,6 +77,6 @@ fn build_strategy<B: AutodiffBackend>(
         }
     }
     config
-        .build(Ingredients { model, train: &ctx.entry.train, devices, data: &ctx.data.train, ranks: ctx.ranks })
+        .build(Ingredients { model, train: &ctx.train, devices, data: &ctx.data.train, ranks: ctx.ranks })
         .map_err(|e| e.to_string())
 }

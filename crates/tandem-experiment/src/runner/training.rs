@@ -125,7 +125,7 @@ impl BackendTask for Training<'_> {
 fn train_on<B: AutodiffBackend>(setup: Setup<B>, ctx: &RunContext) -> Outcome {
     let Setup { mut strategy, device, parameters, shared_devices } = setup;
     let (mut recorder, start) = Recorder::new(ctx);
-    let (train, data) = (&ctx.entry.train, ctx.data);
+    let (train, data) = (&ctx.train, ctx.data);
     let result = tandem_train::train(
         strategy.as_mut(),
         train,
