@@ -119,6 +119,12 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// How a failed read or write of `path` in a results folder is reported.
+    pub(super) fn results(path: &Path) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| RunError::Results { path, source }
+    }
+
     /// Whether the error means "no dataset found" (the caller may offer `tandem data fetch`).
     pub fn is_missing_data(&self) -> bool {
         matches!(self, RunError::Data(DataError::NoData { .. }))

@@ -180,7 +180,7 @@ fn write_summary(plan: &RunPlan, summary: &RunSummary) -> Result<(), RunError> {
             (path, written)
         }
     };
-    written.map_err(plan.io_error(&path))
+    written.map_err(RunError::results(&path))
 }
 
 /// Tells how the run ended; a run that failed in a multi-process job ends the job.

@@ -86,19 +86,13 @@ impl<'a> RunPlan<'a> {
     /// Creates the run's folder and, on the rank that writes results, its `manifest.toml` and
     /// `vocab.json`.
     pub fn open_folder(&self, vocab: &Vocab) -> Result<(), RunError> {
-        std::fs::create_dir_all(&self.dir).map_err(self.io_error(&self.dir))?;
+        std::fs::create_dir_all(&self.dir).map_err(RunError::results(&self.dir))?;
         if self.writes_results {
             let path = self.dir.join("manifest.toml");
-            results::write_atomic(&path, self.resolved_toml.as_bytes()).map_err(self.io_error(&path))?;
+            results::write_atomic(&path, self.resolved_toml.as_bytes()).map_err(RunError::results(&path))?;
             vocab.save(&self.dir.join("vocab.json"))?;
         }
         Ok(())
-    }
-
-    /// How a failed write to `path` is reported.
-    pub fn io_error(&self, path: &Path) -> impl FnOnce(std::io::Error) -> RunError {
-        let path = path.to_path_buf();
-        move |source| RunError::Results { path, source }
     }
 }
 

@@ -47,7 +47,7 @@ impl Drop for RunLock {
 /// Locks `dir` (creating it) and decides what to do with the run whose resolved manifest is
 /// `resolved_toml`; what `restart` names starts over, whatever is in the folder removed.
 pub(super) fn prepare(dir: &Path, resolved_toml: &str, restart: Restart) -> Result<(RunLock, Plan), RunError> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    std::fs::create_dir_all(dir).map_err(RunError::results(dir))?;
     let lock = acquire(&dir.join(LOCK))?;
     remove_temporary_files(dir).map_err(|(path, source)| RunError::Results { path, source })?;
     let recorded = dir.join("manifest.toml");
@@ -56,7 +56,8 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, restart: Restart) -> Resu
         return Ok((lock, Plan::Start));
     }
     if !recorded.is_file() {
-        let others = std::fs::read_dir(dir).map_err(io(dir))?.filter_map(Result::ok).any(|e| e.path() != lock.0);
+        let others =
+            std::fs::read_dir(dir).map_err(RunError::results(dir))?.filter_map(Result::ok).any(|e| e.path() != lock.0);
         if others {
             return Err(RunError::Config(format!(
                 "{} holds files but no manifest.toml: not a run folder; pass --fresh to replace it",
@@ -106,19 +107,13 @@ pub(super) fn prepare(dir: &Path, resolved_toml: &str, restart: Restart) -> Resu
     Ok((lock, Plan::Resume(Box::new(Checkpoint { records, partial, strategy }))))
 }
 
-/// How a failed read or write of `path` is reported.
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError {
-    let path = path.to_path_buf();
-    move |source| RunError::Results { path, source }
-}
-
 /// Removes everything in run folder `dir` but its lock.
 fn empty(dir: &Path, lock: &RunLock) -> Result<(), RunError> {
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
+    for entry in std::fs::read_dir(dir).map_err(RunError::results(dir))? {
+        let path = entry.map_err(RunError::results(dir))?.path();
         if path != lock.0 {
             let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
-            removed.map_err(io(&path))?;
+            removed.map_err(RunError::results(&path))?;
         }
     }
     Ok(())
