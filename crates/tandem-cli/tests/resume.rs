@@ -1,7 +1,8 @@
 //! Runs you can interrupt and resume: a rerun of a finished run does nothing, a changed
 //! manifest is refused (or, asked to, only the changed runs start over), a run killed (SIGKILL) after an epoch or a stream's evaluation point,
 //! or interrupted (SIGINT, SIGTERM) part-way through one, resumes to the same bytes as a run
-//! never stopped, for every strategy kind, with dropout, on flex.
+//! never stopped, for every strategy kind, with dropout, on flex, from a checkpoint written whole
+//! or patched with what changed.
 
 mod common;
 
@@ -267,6 +268,25 @@ fn a_killed_predictive_sync_run_resumes_to_identical_bytes() {
 #[test]
 fn a_killed_local_learning_run_in_stream_mode_resumes_to_identical_bytes() {
     killed_and_resumed(LOCAL_LEARNING, STREAM);
+}
+
+#[test]
+fn a_checkpoint_costs_what_changed_and_a_run_killed_after_patches_resumes_to_identical_bytes() {
+    // Evaluated every 5 batches: between two points a few batches' AQ-SGD copies change (and
+    // the first pass adds copies of samples not seen before), while the model, its optimizer
+    // and the head change every step.
+    let often = "stream = { eval_every = 5 }\n";
+    let Some((status, stderr, out)) = stopped_and_resumed(LOCAL_LEARNING, often, "checkpoint.bin.patch-1", kill) else {
+        return;
+    };
+    assert_eq!(status, None, "killed by a signal: {stderr}");
+    let whole = summary_of(&run_dir(&out.parent().unwrap().join("whole")));
+    let writes = &whole["checkpoints"];
+    let (written, bases) = (writes["written"].as_u64().unwrap(), writes["whole"].as_u64().unwrap());
+    let (bytes, if_whole) = (writes["bytes"].as_u64().unwrap(), writes["bytes_if_whole"].as_u64().unwrap());
+    assert!(written >= 4 && bases < written / 2, "{writes}");
+    assert!(bytes * 3 < if_whole * 2, "patches save at least a third: {writes}");
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }
 
 fn signal(name: &'static str) -> impl Fn(&mut Child) {

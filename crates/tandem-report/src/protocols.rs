@@ -18,7 +18,7 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
     }
     doc.push(Block::Heading(2, "Protocols against their matched baselines".into()));
     doc.push(Block::Paragraph(
-        "Each protocol (predictive sync, local learning, compressed boundaries) against vanilla model parallelism of the same pipeline, paired by seed: figures are means over the seeds both ran (n in the second table) with their 95 % intervals in brackets (Student's t; ratios on a log scale), none for one seed. Less communication is vanilla's bytes ÷ the protocol's, split into what compressing vanilla's boundaries to the same bits per value gives (vanilla ÷ compression-matched vanilla) and what the protocol adds (compression-matched ÷ protocol). Speedups are training time (evaluation excluded, simulated link waits included) of vanilla, and of sequential training on one device, ÷ the protocol's; end to end, the wall clock summed over the run's records (evaluation, checkpoints with the protocol's state, and results writing counted). State held is what the stages keep between steps at the end (compression memories such as AQ-SGD's per-sample copies, local learning's replay buffers; predictors' parameter-sized state not counted; in a multi-process run, the stages of the process that wrote the results), mean over seeds. The predictor column names what the stages after the first do between real steps (a predictor, or `replay`).".into(),
+        "Each protocol (predictive sync, local learning, compressed boundaries) against vanilla model parallelism of the same pipeline, paired by seed: figures are means over the seeds both ran (n in the second table) with their 95 % intervals in brackets (Student's t; ratios on a log scale), none for one seed. Less communication is vanilla's bytes ÷ the protocol's, split into what compressing vanilla's boundaries to the same bits per value gives (vanilla ÷ compression-matched vanilla) and what the protocol adds (compression-matched ÷ protocol). Speedups are training time (evaluation excluded, simulated link waits included) of vanilla, and of sequential training on one device, ÷ the protocol's; end to end, the wall clock summed over the run's records (evaluation, checkpoints with the protocol's state, and results writing counted). State held is what the stages keep between steps at the end (compression memories such as AQ-SGD's per-sample copies, local learning's replay buffers, predictors' state and the parameters kept at the last sync; in a multi-process run, the stages of the process that wrote the results), mean over seeds. A checkpoint (the model, its optimizer and that state, at every evaluation point) is written whole once, then as what changed since the one before, whole again when the changes would outgrow it: the checkpoint column gives the bytes written per point and their share of writing each whole, means over seeds. The predictor column names what the stages after the first do between real steps (a predictor, or `replay`).".into(),
     ));
     let shown = |i: Option<Interval>, f: &dyn Fn(&Interval) -> String| i.as_ref().map_or("—".to_string(), f);
     // A row per comparison: model, strategy, then `cells`.
@@ -41,6 +41,7 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
             "speedup vs sequential",
             "end-to-end speedup vs vanilla",
             "state held (MB)",
+            "checkpoint per point (MB, share of whole)",
         ],
         &|c| {
             let i = &c.intervals;
@@ -61,6 +62,10 @@ pub fn section(doc: &mut Document, table: &SettingTable) {
                 shown(i.speedup_vs_sequential, &|i| i.times(2)),
                 shown(i.end_to_end_speedup, &|i| i.times(2)),
                 i.state_bytes.map_or("—".into(), |s| format!("{:.1}", s.mean / 1e6)),
+                match (i.checkpoint_bytes, i.checkpoint_share) {
+                    (Some(b), Some(s)) => format!("{:.1} ({:.0} %)", b.mean / 1e6, s.mean * 100.0),
+                    _ => "—".into(),
+                },
             ]
         },
     ));

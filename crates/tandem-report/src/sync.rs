@@ -14,7 +14,7 @@
 //! Read from the runs' last records: a pipeline's sync figures (protocol, predictor, trigger,
 //! sync steps) and its compression. A vanilla run is a pipeline with neither.
 
-use tandem_results::{PipelineFigures, Protocol, Run, StrategyFigures, SyncFigures, Target};
+use tandem_results::{CheckpointWrites, PipelineFigures, Protocol, Run, StrategyFigures, SyncFigures, Target};
 
 use crate::aggregate::{Group, SettingTable, Stat};
 use crate::interval::Interval;
@@ -96,6 +96,10 @@ pub struct Intervals {
     /// Bytes of protocol state held at the end by the stages of the process that wrote the
     /// results (every stage, in a run of one process).
     pub state_bytes: Option<Stat>,
+    /// Bytes written per checkpoint by the process that wrote the results, and their share of
+    /// what writing each whole would take (absent in runs that did not record them).
+    pub checkpoint_bytes: Option<Stat>,
+    pub checkpoint_share: Option<Stat>,
     /// Training seconds until the protocol's accuracy (validation where there is a split) first
     /// reached vanilla's final accuracy of the same seed, over the seeds where it did; and how
     /// many seeds did, of those paired.
@@ -201,6 +205,16 @@ fn state_bytes(r: &Run) -> Option<f64> {
     r.last_figures().and_then(StrategyFigures::pipeline).and_then(|p| p.state_bytes)
 }
 
+/// What a finished run wrote to its checkpoints, where it recorded it.
+fn checkpoints(r: &Run) -> Option<&CheckpointWrites> {
+    r.finished()?.checkpoints.as_ref().filter(|c| c.written > 0)
+}
+
+/// `f` over the runs of `g` that have it.
+fn over_runs(g: &Group, f: impl Fn(&Run) -> Option<f64>) -> Option<Stat> {
+    Stat::of(&g.runs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+}
+
 /// Theirs ÷ mine of `f`, paired by seed.
 fn ratio(mine: &Group, theirs: &Group, f: fn(&Run) -> Option<f64>) -> Option<Interval> {
     Interval::of_ratios(&paired(mine, theirs, |a, b| Some(f(b)? / f(a)?.max(1e-12))))
@@ -269,7 +283,11 @@ pub fn compare(table: &SettingTable) -> Vec<SyncComparison> {
                 speedup: ratio(g, vanilla, seconds),
                 speedup_vs_sequential: sequential.and_then(|s| ratio(g, s, seconds)),
                 end_to_end_speedup: ratio(g, vanilla, |r| r.finished()?.wall_seconds),
-                state_bytes: Stat::of(&g.runs.iter().filter_map(|r| state_bytes(r)).collect::<Vec<_>>()),
+                state_bytes: over_runs(g, state_bytes),
+                checkpoint_bytes: over_runs(g, |r| checkpoints(r).map(|c| c.bytes as f64 / c.written as f64)),
+                checkpoint_share: over_runs(g, |r| {
+                    checkpoints(r).map(|c| c.bytes as f64 / c.bytes_if_whole.max(1) as f64)
+                }),
                 time_to_vanilla: Stat::of(&reached.iter().flatten().copied().collect::<Vec<_>>()),
                 reached_vanilla: (reached.iter().filter(|t| t.is_some()).count(), reached.len()),
                 holdout_change: difference(g, vanilla, holdout_accuracy),

@@ -1,8 +1,10 @@
 //! The report of results folders written in format 1 (untyped strategy figures), read through
 //! the typed figures, gives the figures the code of that format wrote: every line of that
 //! report's tables and every one of its paragraphs is in the new report, which only adds sections.
-//! The fixture's one wording change: a single CPU device reads "Cpu, 1 thread", not "1 × Cpu, 1
-//! thread each" (so the devices column, no longer all numbers, is aligned left).
+//! The fixture's changes since: a single CPU device reads "Cpu, 1 thread", not "1 × Cpu, 1
+//! thread each" (so the devices column, no longer all numbers, is aligned left); the protocols
+//! table has a checkpoint column ("—" for these folders, which did not record it) and its
+//! paragraph counts predictors' state and explains the column.
 
 use std::path::PathBuf;
 

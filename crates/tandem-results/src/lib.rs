@@ -12,6 +12,7 @@ pub mod folder;
 pub mod judging;
 pub mod legacy;
 pub mod metrics;
+pub mod patched;
 pub mod record;
 pub mod sealed;
 pub mod summary;
@@ -25,9 +26,12 @@ pub use figures::{
 pub use folder::{find_runs, read_run, FindError, Run, RunState};
 pub use judging::{ReportSettings, Target, REPORT_FILE};
 pub use metrics::{ClassMetrics, ClassificationMetrics, ConfusionMatrix};
+pub use patched::{read_patched, PatchedFile, WriteCost};
 pub use record::{EpochRecord, Evaluation, StreamPoint};
 pub use sealed::{read_sealed, write_sealed};
-pub use summary::{machine_description, now_utc, ClusterInfo, RankLog, RunStart, RunStatus, RunSummary};
+pub use summary::{
+    machine_description, now_utc, CheckpointWrites, ClusterInfo, RankLog, RunStart, RunStatus, RunSummary,
+};
 pub use write::{write_atomic, write_epochs, write_json};
 
 /// The results format this build writes: typed strategy figures (`figures`), and

@@ -24,6 +24,11 @@ pub fn seal(contents: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The length of `contents` bytes sealed.
+pub(crate) fn sealed_len(contents: usize) -> usize {
+    HEADER + contents
+}
+
 fn checksum(length: &[u8], contents: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(length);
@@ -107,6 +112,9 @@ pub enum ReadError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {problem}")]
     Damaged { path: PathBuf, problem: SealError },
+    /// A patch ([`crate::patched`]) that is whole but does not apply.
+    #[error("{path}: {problem}")]
+    Patch { path: PathBuf, problem: &'static str },
 }
 
 /// Reads the file at `path` and checks it ([`open`]); returns its contents and whether it was

@@ -112,6 +112,10 @@ pub struct RunSummary {
     /// recorded.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub global_batch: Option<usize>,
+    /// What this process wrote to its checkpoint since the run last started or resumed. Absent
+    /// where it wrote none, and in folders written before it was recorded.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub checkpoints: Option<CheckpointWrites>,
 }
 
 /// What a run's summary says before it trains: which run, on what, with which data.
@@ -192,6 +196,7 @@ impl RunSummary {
             cluster: None,
             kernel_launches_per_step: None,
             global_batch: start.global_batch,
+            checkpoints: None,
         }
     }
 
@@ -222,6 +227,30 @@ impl RunSummary {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+/// `summary.json`'s `checkpoints` block: a checkpoint is written whole (a base) or as the
+/// blocks that changed since the one before (a patch), so its cost follows what changed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct CheckpointWrites {
+    /// Checkpoints written.
+    pub written: usize,
+    /// Of them, written whole.
+    pub whole: usize,
+    /// Bytes written to disk.
+    pub bytes: u64,
+    /// Bytes that writing every checkpoint whole would have taken.
+    pub bytes_if_whole: u64,
+}
+
+impl CheckpointWrites {
+    /// Counts one write of `contents` bytes that cost `cost`.
+    pub fn add(&mut self, contents: usize, cost: crate::WriteCost) {
+        self.written += 1;
+        self.whole += usize::from(cost.whole);
+        self.bytes += cost.bytes;
+        self.bytes_if_whole += crate::sealed::sealed_len(contents) as u64;
+    }
 }
 
 /// `summary.json`'s `cluster` block: how a multi-process run was spread, and what crossing

@@ -182,6 +182,10 @@ impl<B: AutodiffBackend> StepPolicy<B> for LocalPolicy<B> {
         self.epoch.control_bytes
     }
 
+    fn held_bytes(&self) -> usize {
+        self.forecasts.as_ref().map_or(0, Forecasts::held_bytes)
+    }
+
     fn state(&self) -> Result<Vec<u8>, StateError> {
         let mut out = Writer::default();
         out.count(self.forecasts.is_some() as usize);

@@ -142,6 +142,11 @@ impl<B: AutodiffBackend> Forecasts<B> {
             .map(f64::sqrt)
     }
 
+    /// Bytes of the forecasters' state.
+    pub fn held_bytes(&self) -> usize {
+        self.forecasters.iter().map(Forecaster::held_bytes).sum()
+    }
+
     pub fn write_state(&self, out: &mut Writer) {
         out.count(self.forecasters.len());
         self.forecasters.iter().for_each(|f| f.write_state(out));
@@ -288,6 +293,11 @@ impl<B: AutodiffBackend> StepPolicy<B> for PredictivePolicy<B> {
 
     fn control_bytes(&self) -> u64 {
         self.epoch.control_bytes
+    }
+
+    fn held_bytes(&self) -> usize {
+        let at_sync: usize = self.at_sync.iter().map(|t| t.shape().num_elements() * size_of::<f32>()).sum();
+        self.forecasts.held_bytes() + at_sync
     }
 
     fn take_epoch_figures(&mut self) -> SyncFigures {

@@ -297,6 +297,18 @@ impl<B: Backend> Forecaster<B> {
 }
 
 impl<B: Backend> Forecaster<B> {
+    /// Bytes of the tensors it keeps (4 per value).
+    pub fn held_bytes(&self) -> usize {
+        let values = |t: &Tensor<B, 1>| t.shape().num_elements();
+        let held = match &self.state {
+            State::Empty => 0,
+            State::One(t) => values(t),
+            State::Holt { level, trend } | State::Kalman { level, trend, .. } => values(level) + values(trend),
+            State::Window(history) => history.iter().map(values).sum(),
+        };
+        held * size_of::<f32>()
+    }
+
     /// The forecasting state, for checkpoints: a tag, its tensors and its scalars.
     pub(crate) fn write_state(&self, out: &mut Writer) {
         let (tag, tensors, scalars): (usize, Vec<&Tensor<B, 1>>, Vec<f64>) = match &self.state {

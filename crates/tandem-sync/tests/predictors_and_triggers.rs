@@ -79,6 +79,26 @@ fn static_forecasts_no_change_and_nothing_forecasts_without_history() {
 }
 
 #[test]
+fn each_predictor_counts_the_parameter_sized_state_it_keeps() {
+    // Values kept per parameter value after 6 real steps: the last update, the average, level
+    // and trend, the window's updates.
+    let kept = [
+        (PredictorConfig::Static, 0),
+        (PredictorConfig::Velocity { damping: 1.0 }, 1),
+        (PredictorConfig::Ema { alpha: 0.3 }, 1),
+        (PredictorConfig::default(), 2),
+        (PredictorConfig::LeastSquares { window: 4 }, 4),
+        (PredictorConfig::Kalman { level_noise: 0.1, trend_noise: 0.01 }, 2),
+    ];
+    for (config, per_value) in kept {
+        let mut f = Forecaster::<B>::new(&config);
+        assert_eq!(f.held_bytes(), 0, "{}: nothing before the first real step", config.name());
+        observe_linear(&mut f, 6);
+        assert_eq!(f.held_bytes(), per_value * SLOPE.len() * 4, "{}", config.name());
+    }
+}
+
+#[test]
 fn velocity_damps_its_forecast_with_the_horizon() {
     let mut f = Forecaster::<B>::new(&PredictorConfig::Velocity { damping: 0.5 });
     f.observe(tensor(&[4.0]));

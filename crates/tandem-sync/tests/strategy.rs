@@ -8,7 +8,7 @@ use tandem_sync::{PredictiveSyncConfig, PredictorConfig, TriggerConfig};
 use tandem_testing::{
     exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_model, toy_models,
 };
-use tandem_train::{Strategy, TrainConfig};
+use tandem_train::{Strategy, TrainConfig, TrainStats};
 
 type B = Autodiff<NdArray>;
 
@@ -121,6 +121,10 @@ fn skipped_steps_exchange_nothing_and_predictors_move_the_parameters() {
         relative_difference(&moving_params, &fixed_params) > 1e-4,
         "velocity moves the parameters on skipped steps; static does not"
     );
+    // Each device keeps its stages' parameters at the last sync; velocity also their last update.
+    let parameter_bytes = (moving_params.len() * size_of::<f32>()) as f64;
+    let held = |stats: &TrainStats| stats.figures.pipeline().unwrap().state_bytes.unwrap();
+    assert_eq!((held(&fixed), held(&moving)), (parameter_bytes, 2.0 * parameter_bytes));
 }
 
 #[test]

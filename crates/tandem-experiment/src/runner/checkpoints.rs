@@ -1,27 +1,28 @@
-//! A run's checkpoint file (one per process of a multi-process job), written atomically at
-//! every epoch or evaluation point and where a signal stops a run (keep-last: each replaces
-//! the one before), and removed when the run finishes; and what the summary says
-//! about reproducing a run bit for bit.
-
-use std::path::PathBuf;
+//! A run's checkpoint (one per process of a multi-process job), written at every epoch or
+//! evaluation point and where a signal stops a run (keep-last: each replaces the one before, as
+//! the blocks that changed since it: [`PatchedFile`]), and removed when the run finishes; and
+//! what the summary says about reproducing a run bit for bit.
 
 use burn::tensor::backend::AutodiffBackend;
+use tandem_results::{CheckpointWrites, PatchedFile};
 use tandem_train::{PartialPoint, Strategy};
 
 use super::context::RunContext;
 use super::resume::{checkpoint_bytes, checkpoint_file};
-use crate::results;
 
 /// Writes a run's checkpoints.
 pub(super) struct Checkpoints {
-    path: PathBuf,
+    file: PatchedFile,
+    /// What was written so far.
+    pub writes: CheckpointWrites,
     /// Said once that the strategy cannot be checkpointed.
     noted: bool,
 }
 
 impl Checkpoints {
     pub fn new(ctx: &RunContext) -> Self {
-        Self { path: ctx.dir.join(checkpoint_file(ctx.ranks.map(|r| r.rank()))), noted: false }
+        let path = ctx.dir.join(checkpoint_file(ctx.ranks.map(|r| r.rank())));
+        Self { file: PatchedFile::new(path), writes: CheckpointWrites::default(), noted: false }
     }
 
     /// Replaces the checkpoint by `strategy`'s state after `points_done` records and, when
@@ -33,10 +34,14 @@ impl Checkpoints {
         points_done: usize,
         partial: Option<&PartialPoint>,
     ) -> Result<(), String> {
-        let path = &self.path;
         match strategy.state() {
-            Ok(state) => results::write_sealed(path, &checkpoint_bytes(points_done, partial, &state))
-                .map_err(|e| format!("cannot write {}: {e}", path.display())),
+            Ok(state) => {
+                let bytes = checkpoint_bytes(points_done, partial, &state);
+                let cost =
+                    self.file.write(&bytes).map_err(|e| format!("cannot write {}: {e}", self.file.path().display()))?;
+                self.writes.add(bytes.len(), cost);
+                Ok(())
+            }
             Err(e) => {
                 if !self.noted {
                     eprintln!("note: no checkpoints for this run ({e}): if stopped, it starts over");
@@ -48,8 +53,8 @@ impl Checkpoints {
     }
 
     /// Removes the checkpoint of a finished run.
-    pub fn remove(&self) {
-        let _ = std::fs::remove_file(&self.path);
+    pub fn remove(&mut self) {
+        let _ = self.file.remove();
     }
 }
 

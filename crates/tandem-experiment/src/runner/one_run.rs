@@ -155,6 +155,7 @@ fn end_summary(summary: &mut RunSummary, outcome: &Outcome, plan: &RunPlan) {
     summary.parameters = outcome.parameters;
     summary.reproducibility.clone_from(&outcome.reproducibility);
     summary.kernel_launches_per_step = outcome.launches_per_step;
+    summary.checkpoints = (outcome.checkpoints.written > 0).then_some(outcome.checkpoints);
     summary.finished_at = results::now_utc();
     summary.set_epochs(&outcome.records);
     if let Some(ranks) = plan.ranks {

@@ -146,7 +146,7 @@ fn remove_temporary_files(dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
 /// A checkpoint file's records done, steps done of the next point, and strategy state.
 fn read_checkpoint(path: &Path) -> Result<(usize, Option<PartialPoint>, StateParts), String> {
     let damaged = |e: StateError| format!("{}: {e}; pass --fresh to start over", path.display());
-    let (bytes, _) = tandem_results::read_sealed(path).map_err(|e| format!("{e}; pass --fresh to start over"))?;
+    let (bytes, _) = tandem_results::read_patched(path).map_err(|e| format!("{e}; pass --fresh to start over"))?;
     let parts = StateParts::from_bytes(&bytes).map_err(damaged)?;
     let done = parts.get("points_done").map_err(damaged)?;
     let done = u64::from_le_bytes(

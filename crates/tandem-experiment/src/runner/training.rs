@@ -5,6 +5,7 @@ use std::path::Path;
 
 use burn::tensor::backend::AutodiffBackend;
 use tandem_models::Classifier;
+use tandem_results::CheckpointWrites;
 use tandem_train::{EpochRecord, TrainError};
 
 use super::checkpoints::reproducibility;
@@ -58,6 +59,8 @@ pub(super) struct Outcome {
     pub reproducibility: Option<String>,
     /// GPU kernels launched per training step (GPU backends).
     pub launches_per_step: Option<f64>,
+    /// What this process wrote to its checkpoint.
+    pub checkpoints: CheckpointWrites,
 }
 
 impl Outcome {
@@ -70,6 +73,7 @@ impl Outcome {
             shared_devices: false,
             reproducibility: None,
             launches_per_step: None,
+            checkpoints: CheckpointWrites::default(),
         }
     }
 }
@@ -155,6 +159,7 @@ fn train_on<B: AutodiffBackend>(setup: Setup<B>, ctx: &RunContext) -> Outcome {
         shared_devices,
         reproducibility: reproducibility(ctx),
         launches_per_step: recorder.launches.per_step(),
+        checkpoints: recorder.checkpoints.writes,
         records: recorder.written,
     }
 }

@@ -223,7 +223,8 @@ impl<B: AutodiffBackend> ModelParallel<B> {
             communication_share: transfer_share,
             state_bytes: Some(
                 (self.codecs.iter().map(StageCodecs::held_bytes).sum::<usize>()
-                    + self.stages.iter().map(|s| s.held_bytes()).sum::<usize>()) as f64,
+                    + self.stages.iter().map(|s| s.held_bytes()).sum::<usize>()
+                    + self.policies.iter().map(|p| p.held_bytes()).sum::<usize>()) as f64,
             ),
             sync,
             across_ranks,

@@ -100,6 +100,11 @@ pub trait StepPolicy<B: AutodiffBackend>: Send {
     fn after_local(&mut self, _losses: &[(usize, f64)]) {}
     /// Bytes of control messages this device sent in the current epoch.
     fn control_bytes(&self) -> u64;
+    /// Bytes of state it keeps between steps (a predictor's, the parameters at the last sync),
+    /// counted in the protocol state a run holds.
+    fn held_bytes(&self) -> usize {
+        0
+    }
     /// The policy's state between steps, to checkpoint a run (an error where it cannot be).
     fn state(&self) -> Result<Vec<u8>, StateError>;
     /// Continues from [`StepPolicy::state`]'s bytes, with tensors on the device's `device`.
