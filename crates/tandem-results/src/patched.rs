@@ -85,15 +85,15 @@ impl PatchedFile {
     /// Makes `contents` what [`read_patched`] returns: a patch from the last write's contents,
     /// or a new base where there was none or the patches would outgrow it.
     pub fn write(&mut self, contents: &[u8]) -> std::io::Result<WriteCost> {
-        let chunks = chunk_index(contents);
+        let (now, chunks) = (Identity::of(contents), hashed_chunks(contents));
         if let Some(last) = &mut self.last {
-            let patch = patch_bytes(last, contents);
+            let patch = patch_bytes(last, contents, now, &chunks);
             let sealed_len = crate::sealed::sealed_len(patch.len()) as u64;
             if last.patch_bytes + sealed_len <= last.base.len {
                 write_sealed(&patch_path(&self.path, last.patches + 1), &patch)?;
                 last.patches += 1;
                 last.patch_bytes += sealed_len;
-                last.chunks = chunks;
+                last.chunks = index(chunks);
                 return Ok(WriteCost { bytes: sealed_len, whole: false });
             }
         }
@@ -103,7 +103,7 @@ impl PatchedFile {
         self.last = None;
         remove_patches(&self.path)?;
         write_sealed(&self.path, contents)?;
-        self.last = Some(Written { base: Identity::of(contents), patches: 0, patch_bytes: 0, chunks });
+        self.last = Some(Written { base: now, patches: 0, patch_bytes: 0, chunks: index(chunks) });
         Ok(WriteCost { bytes: crate::sealed::sealed_len(contents.len()) as u64, whole: true })
     }
 
@@ -173,10 +173,9 @@ fn apply(contents: &mut Vec<u8>, patch: &[u8], base: Identity, number: u64) -> R
     Ok(true)
 }
 
-/// A patch of `last`'s base making `contents` from the contents `last` wrote: each chunk found
-/// there copied, the others added.
-fn patch_bytes(last: &Written, contents: &[u8]) -> Vec<u8> {
-    let after = Identity::of(contents);
+/// A patch of `last`'s base making `contents` (whose identity is `after`, cut into `chunks`) from
+/// the contents `last` wrote: each chunk found there copied, the others added.
+fn patch_bytes(last: &Written, contents: &[u8], after: Identity, chunks: &[(u64, Range<usize>)]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&last.base.len.to_le_bytes());
@@ -194,11 +193,10 @@ fn patch_bytes(last: &Written, contents: &[u8]) -> Vec<u8> {
             _ => out.extend_from_slice(&contents[range]),
         }
     };
-    for chunk in chunks(contents) {
-        let found = last.chunks.get(&hash(&contents[chunk.clone()])).filter(|r| r.len() == chunk.len());
-        let (op, range) = match found {
+    for (hash, chunk) in chunks {
+        let (op, range) = match last.chunks.get(hash).filter(|r| r.len() == chunk.len()) {
             Some(previous) => (COPY, previous.clone()),
-            None => (ADD, chunk),
+            None => (ADD, chunk.clone()),
         };
         pending = match pending {
             Some((o, r)) if o == op && r.end == range.start => Some((op, r.start..range.end)),
@@ -235,11 +233,16 @@ fn chunks(contents: &[u8]) -> Vec<Range<usize>> {
     cuts
 }
 
-/// Each chunk of `contents` by its hash (the first where two are the same).
-fn chunk_index(contents: &[u8]) -> HashMap<u64, Range<usize>> {
-    let mut index = HashMap::new();
-    for chunk in chunks(contents) {
-        index.entry(hash(&contents[chunk.clone()])).or_insert(chunk);
+/// The chunks of `contents`, each with its hash.
+fn hashed_chunks(contents: &[u8]) -> Vec<(u64, Range<usize>)> {
+    chunks(contents).into_iter().map(|chunk| (hash(&contents[chunk.clone()]), chunk)).collect()
+}
+
+/// Chunks by their hash (the first where two are the same).
+fn index(chunks: Vec<(u64, Range<usize>)>) -> HashMap<u64, Range<usize>> {
+    let mut index = HashMap::with_capacity(chunks.len());
+    for (hash, chunk) in chunks {
+        index.entry(hash).or_insert(chunk);
     }
     index
 }

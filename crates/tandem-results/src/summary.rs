@@ -229,8 +229,8 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// `summary.json`'s `checkpoints` block: a checkpoint is written whole (a base) or as the
-/// blocks that changed since the one before (a patch), so its cost follows what changed.
+/// `summary.json`'s `checkpoints` block: a checkpoint is written whole (a base) or as a patch
+/// of what changed since the one before ([`crate::patched`]), so its cost follows what changed.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
 pub struct CheckpointWrites {
     /// Checkpoints written.

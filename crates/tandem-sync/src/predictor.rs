@@ -299,19 +299,22 @@ impl<B: Backend> Forecaster<B> {
 impl<B: Backend> Forecaster<B> {
     /// Bytes of the tensors it keeps (4 per value).
     pub fn held_bytes(&self) -> usize {
-        let values = |t: &Tensor<B, 1>| t.shape().num_elements();
-        let held = match &self.state {
-            State::Empty => 0,
-            State::One(t) => values(t),
-            State::Holt { level, trend } | State::Kalman { level, trend, .. } => values(level) + values(trend),
-            State::Window(history) => history.iter().map(values).sum(),
-        };
-        held * size_of::<f32>()
+        self.parts().1.iter().map(|t| t.shape().num_elements() * size_of::<f32>()).sum()
     }
 
     /// The forecasting state, for checkpoints: a tag, its tensors and its scalars.
     pub(crate) fn write_state(&self, out: &mut Writer) {
-        let (tag, tensors, scalars): (usize, Vec<&Tensor<B, 1>>, Vec<f64>) = match &self.state {
+        let (tag, tensors, scalars) = self.parts();
+        out.count(tag).count(tensors.len());
+        tensors.into_iter().for_each(|t| {
+            out.tensor(t);
+        });
+        out.scalars(&scalars);
+    }
+
+    /// The state as a tag, its tensors and its scalars.
+    fn parts(&self) -> (usize, Vec<&Tensor<B, 1>>, Vec<f64>) {
+        match &self.state {
             State::Empty => (0, vec![], vec![]),
             State::One(t) => (1, vec![t], vec![]),
             State::Holt { level, trend } => (2, vec![level, trend], vec![]),
@@ -319,12 +322,7 @@ impl<B: Backend> Forecaster<B> {
             State::Kalman { level, trend, p, noise } => {
                 (4, vec![level, trend], vec![p[0][0], p[0][1], p[1][0], p[1][1], *noise])
             }
-        };
-        out.count(tag).count(tensors.len());
-        tensors.into_iter().for_each(|t| {
-            out.tensor(t);
-        });
-        out.scalars(&scalars);
+        }
     }
 
     /// Continues from [`Forecaster::write_state`], on `device`.

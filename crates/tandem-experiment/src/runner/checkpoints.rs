@@ -1,6 +1,6 @@
 //! A run's checkpoint (one per process of a multi-process job), written at every epoch or
 //! evaluation point and where a signal stops a run (keep-last: each replaces the one before, as
-//! the blocks that changed since it: [`PatchedFile`]), and removed when the run finishes; and
+//! a patch of what changed since it: [`PatchedFile`]), and removed when the run finishes; and
 //! what the summary says about reproducing a run bit for bit.
 
 use burn::tensor::backend::AutodiffBackend;
