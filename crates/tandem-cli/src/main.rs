@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use tandem_experiment::backend::is_compiled;
-use tandem_experiment::{run, BackendKind, Manifest, Override, Ranks, Restart, RunOptions};
+use tandem_experiment::{run, BackendKind, Launch, Manifest, Override, Ranks, Restart, RunOptions};
 
 mod inference;
+mod launch;
 
 #[derive(Parser)]
 #[command(
@@ -219,6 +220,15 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Run { manifest, backend, devices, out, offline, sets, fresh, restart_changed } => {
             let manifest = Manifest::load_with(&manifest, &sets.overrides).map_err(|e| e.to_string())?;
             manifest.shadowed_overrides().iter().for_each(|note| eprintln!("{note}"));
+            let local_ranks = manifest.cluster.ranks.filter(|&n| n > 1 && manifest.cluster.launch == Launch::Local);
+            if let Some(ranks) = local_ranks.filter(|_| !tandem_experiment::launched_by_mpi()) {
+                let status = launch::local_job(ranks)?;
+                return match status.success() {
+                    true => Ok(()),
+                    // The ranks said why.
+                    false => std::process::exit(exit_code(status)),
+                };
+            }
             let progress = std::io::stderr().is_terminal();
             let ranks = join_mpi_job()?;
             let on_stuck_worker: Option<fn()> = Some(|| std::process::exit(1));
@@ -355,6 +365,12 @@ fn dispatch(command: Command) -> Result<(), String> {
             }
         }
     }
+}
+
+/// A child's exit status as this process's: its code, or 128 + the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or(status.signal().map(|s| 128 + s)).unwrap_or(1)
 }
 
 /// This process's rank when an MPI launcher started it (builds with the `mpi` feature).

@@ -115,6 +115,34 @@ mod tests {
         }
     }
 
+    /// `[cluster] launch = "local"`: `tandem run` starts its two ranks itself, and they train as
+    /// under `mpirun -np 2`: the parameters of one process of two replicas.
+    #[test]
+    fn a_manifest_starts_its_own_ranks() {
+        let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("results");
+        let cluster = "\n[cluster]\nranks = 2\nlaunch = \"local\"\n";
+        let local = manifest(dir.path(), "local", &data, &data_parallel(1, ""), 2, cluster);
+        let mut tandem = Command::new(env!("CARGO_BIN_EXE_tandem"));
+        // The launcher as the other tests start it: shared memory only.
+        tandem.env("TANDEM_MPIRUN", "mpirun --bind-to none --mca btl self,vader");
+        let (ok, log) = output(tandem.args(["run", "--offline", "--out"]).arg(&out).arg(&local));
+        assert!(ok, "{log}");
+        run_in_one_process(&out, &manifest(dir.path(), "single", &data, &data_parallel(2, ""), 2, ""));
+        let (local, single) = (run_dir(&out, "local", "gru"), run_dir(&out, "single", "gru"));
+        let difference = parameter_difference(&local, &single);
+        assert!(difference <= 1e-5, "relative parameter difference {difference}");
+        assert_eq!(summary(&local).cluster.expect("a cluster block").ranks, 2);
+        assert_rank_1_finished(&local, 2);
+
+        // A launcher that does not start: named in the error, nothing run.
+        let mut tandem = Command::new(env!("CARGO_BIN_EXE_tandem"));
+        tandem.env("TANDEM_MPIRUN", "no-such-mpirun -v");
+        let (ok, log) = output(tandem.args(["run", "--offline", "--out"]).arg(&out).arg(dir.path().join("local.toml")));
+        assert!(!ok && log.contains("no-such-mpirun") && log.contains("TANDEM_MPIRUN"), "{log}");
+    }
+
     /// Relative distance between two runs' saved parameters.
     fn parameter_difference(a: &Path, b: &Path) -> f32 {
         let (a, b) = (saved_parameters(a), saved_parameters(b));

@@ -12,13 +12,13 @@ pub mod runner;
 
 pub use backend::{BackendKind, DeviceSpec};
 pub use inference::{InferenceError, Prediction, TrainedRun};
-pub use manifest::{Manifest, ManifestError, ModelEntry, StrategyConfig};
+pub use manifest::{Launch, Manifest, ManifestError, ModelEntry, StrategyConfig};
 pub use overrides::Override;
 pub use results::RunSummary;
 pub use runner::{run, Restart, RunOptions};
 #[cfg(feature = "mpi")]
 pub use tandem_parallel::MpiRanks;
-pub use tandem_parallel::{launched_job_size, Ranks};
+pub use tandem_parallel::{launched_by_mpi, launched_job_size, Ranks};
 
 /// Tandem's version, recorded in every results folder.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

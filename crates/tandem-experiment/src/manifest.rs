@@ -62,14 +62,29 @@ fn default_devices() -> Vec<String> {
 }
 
 /// `[cluster]`: a job of several processes ("ranks", on one machine or several), launched by
-/// `mpirun -np N tandem run …` or a batch scheduler. Each rank runs the manifest's devices and
-/// replicas; the job's size comes from the launcher.
+/// `mpirun -np N tandem run …` or a batch scheduler, or by `tandem run` itself on one machine
+/// (`launch = "local"`). Each rank runs the manifest's devices and replicas.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSection {
     /// The job must have exactly this many ranks (unset: any number, 1 included).
     #[schemars(range(min = 1))]
     pub ranks: Option<usize>,
+    /// Who starts the ranks.
+    pub launch: Launch,
+}
+
+/// Who starts the ranks of a multi-process job.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Launch {
+    /// An MPI launcher or a batch scheduler (`mpirun -np N tandem run …`, `srun`); run without
+    /// one, `tandem run` is a job of one rank.
+    #[default]
+    External,
+    /// `tandem run` starts `ranks` processes on this machine with `mpirun` (`$TANDEM_MPIRUN` names
+    /// another launcher), one rank each, cores unbound; a build with the `mpi` feature.
+    Local,
 }
 
 /// `[data]`: where AG News is and how it is split, tokenized and truncated.

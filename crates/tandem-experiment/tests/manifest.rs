@@ -76,6 +76,10 @@ fn unknown_keys_are_rejected_with_their_name_and_line() {
     assert!(e.contains("nodes") && e.contains("line"), "{e}");
     let text = format!("{MINIMAL}\n[cluster]\nranks = 0\n");
     assert_names(&text, "cluster.ranks", "ranks = 0");
+    let text = format!("{MINIMAL}\n[cluster]\nlaunch = \"local\"\n");
+    assert_names(&text, "cluster.launch", "launch = ");
+    let e = error_of(&format!("{MINIMAL}\n[cluster]\nranks = 2\nlaunch = \"ssh\"\n"));
+    assert!(e.contains("ssh") && e.contains("local"), "{e}");
 }
 
 #[test]

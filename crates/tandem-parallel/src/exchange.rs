@@ -9,6 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use tandem_data::Encoded;
+use tandem_models::on_cpu;
 use tandem_models::Classifier;
 
 use crate::collective::{self, AllReduceKind};
@@ -84,6 +85,10 @@ pub struct GradientExchange {
     sparse: Option<usize>,
     /// Ranges of dense slot indices (`slots` without `sparse`), one per bucket.
     buckets: Vec<Range<usize>>,
+    /// A bucket's bound, and the bytes of the last bucket's dense gradients: the embedding rows
+    /// travel in that bucket where they fit, in a call of their own where they don't.
+    bucket_bytes: usize,
+    last_bucket_bytes: usize,
     /// The link to the other ranks of a multi-process job.
     cross: Option<CrossRank>,
 }
@@ -118,7 +123,8 @@ impl GradientExchange {
         if start < dense.len() {
             buckets.push(start..dense.len());
         }
-        Self { rank, peers, kind, slots, sparse, buckets, cross: None }
+        let last_bucket_bytes = buckets.last().map_or(0, |last| dense[last.clone()].iter().sum());
+        Self { rank, peers, kind, slots, sparse, buckets, bucket_bytes, last_bucket_bytes, cross: None }
     }
 
     /// Sums every all-reduce over the ranks of a multi-process job too.
@@ -171,25 +177,39 @@ impl GradientExchange {
         );
         let mut reduced = Vec::with_capacity(flatten.flats.len());
         let mut flats = flatten.flats.into_iter();
-        for bucket in self.buckets.clone() {
-            let parts: Vec<Tensor<B::InnerBackend, 1>> = flats.by_ref().take(bucket.len()).collect();
+        let fits = |rows: &Tensor<B::InnerBackend, 2>| {
+            !self.buckets.is_empty() && self.last_bucket_bytes + 4 * rows.shape().num_elements() <= self.bucket_bytes
+        };
+        let (mut rides_along, alone) = match flatten.sparse {
+            Some(rows) if fits(&rows) => (Some(rows), None),
+            rows => (None, rows),
+        };
+        let mut sparse = None;
+        for (b, bucket) in self.buckets.clone().into_iter().enumerate() {
+            let mut parts: Vec<Tensor<B::InnerBackend, 1>> = flats.by_ref().take(bucket.len()).collect();
             let sizes: Vec<usize> = parts.iter().map(|t| t.dims()[0]).collect();
+            let rows_here = rides_along.take_if(|_| b + 1 == self.buckets.len());
+            let rows_shape = rows_here.as_ref().map(|t| t.dims());
+            parts.extend(rows_here.map(|t| t.reshape([-1])));
             let summed = self.all_reduce(Tensor::cat(parts, 0).mul_scalar(weight), &mut stats)?;
             let mut offset = 0;
             for size in sizes {
                 reduced.push(summed.clone().slice(offset..offset + size));
                 offset += size;
             }
+            if let Some([rows, cols]) = rows_shape {
+                sparse = Some(summed.slice(offset..offset + rows * cols).reshape([rows, cols]));
+            }
         }
-        let sparse = match flatten.sparse {
-            Some(touched) => Some(self.all_reduce(touched.mul_scalar(weight), &mut stats)?),
-            None => None,
-        };
+        if let Some(rows) = alone {
+            sparse = Some(self.all_reduce(rows.mul_scalar(weight), &mut stats)?);
+        }
         let mut unflatten = Unflatten::<B, _> {
             grads: GradientsParams::new(),
             flats: reduced.into_iter(),
             sparse_id,
             rows: rows_tensor,
+            row_ids: rows,
             sparse,
             device,
         };
@@ -294,6 +314,8 @@ struct Unflatten<'a, B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBacke
     flats: I,
     sparse_id: Option<ParamId>,
     rows: Option<Tensor<B::InnerBackend, 1, Int>>,
+    /// The same rows, in host memory.
+    row_ids: &'a [i64],
     sparse: Option<Tensor<B::InnerBackend, 2>>,
     device: &'a B::Device,
 }
@@ -303,10 +325,14 @@ impl<B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBackend, 1>>> ModuleV
         let shape = param.lazy_shape();
         let grad: Tensor<B::InnerBackend, D> = if Some(param.id) == self.sparse_id {
             let [rows, cols] = [shape[0], shape.num_elements() / shape[0].max(1)];
-            let dense = Tensor::<B::InnerBackend, 2>::zeros([rows, cols], self.device);
             let dense = match (self.rows.take(), self.sparse.take()) {
-                (Some(ids), Some(values)) => dense.select_assign(0, ids, values, IndexingUpdateOp::Add),
-                _ => dense,
+                (Some(ids), Some(values)) => match on_cpu::<B::InnerBackend>() {
+                    true => scatter_rows_in_host_memory(values, self.row_ids, [rows, cols], self.device),
+                    false => {
+                        Tensor::zeros([rows, cols], self.device).select_assign(0, ids, values, IndexingUpdateOp::Add)
+                    }
+                },
+                _ => Tensor::zeros([rows, cols], self.device),
             };
             dense.reshape(shape)
         } else {
@@ -314,4 +340,32 @@ impl<B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBackend, 1>>> ModuleV
         };
         self.grads.register::<B::InnerBackend, D>(param.id, grad);
     }
+}
+
+/// A `[rows, cols]` table of zeros but for `values[k]` at row `row_ids[k]`, built in host memory:
+/// on a CPU backend that writes the touched rows once, where zeros and an indexed add would
+/// fill the whole table twice (Flex's indexed add copies its input).
+fn scatter_rows_in_host_memory<B: burn::tensor::backend::Backend>(
+    values: Tensor<B, 2>,
+    row_ids: &[i64],
+    [rows, cols]: [usize; 2],
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    let data = values.into_data();
+    let dtype = data.dtype;
+    let data = data.convert::<f32>();
+    let copied: Vec<f32>;
+    let values = match data.as_slice::<f32>() {
+        Ok(values) => values,
+        Err(_) => {
+            copied = data.iter::<f32>().collect();
+            &copied
+        }
+    };
+    let mut dense = vec![0f32; rows * cols];
+    for (row, values) in row_ids.iter().zip(values.chunks_exact(cols.max(1))) {
+        let at = *row as usize * cols;
+        dense[at..at + cols].copy_from_slice(values);
+    }
+    Tensor::from_data(TensorData::new(dense, [rows, cols]).convert_dtype(dtype), device)
 }

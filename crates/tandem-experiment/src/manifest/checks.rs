@@ -5,7 +5,7 @@
 use tandem_models::{InputSpec, Invalid, ModelConfig};
 use tandem_parallel::{ModelParallelConfig, Schedule};
 
-use super::{Manifest, StrategyConfig};
+use super::{Launch, Manifest, StrategyConfig};
 use crate::backend::{BadDevice, DeviceSpec};
 use crate::memory::{gib, parameter_count, training_bytes, MAX_SEQUENCE_LEN, MAX_TRAINING_BYTES};
 
@@ -95,6 +95,12 @@ pub(super) fn check(m: &Manifest, strategy_path: &dyn Fn(usize) -> String) -> Re
     }
     if m.cluster.ranks == Some(0) {
         return Err(Problem::new("cluster.ranks", "must be at least 1"));
+    }
+    if m.cluster.launch == Launch::Local && m.cluster.ranks.is_none() {
+        return Err(Problem::new(
+            "cluster.launch",
+            "`launch = \"local\"` starts `ranks` processes: set `[cluster] ranks`",
+        ));
     }
     if let Some((field, message)) = m.report.target.as_ref().and_then(|t| t.problem()) {
         return Err(Problem::new(format!("report.target.{field}"), message));
