@@ -71,6 +71,7 @@ pub struct ClusterSection {
     #[schemars(range(min = 1))]
     pub ranks: Option<usize>,
     /// Who starts the ranks.
+    #[serde(skip_serializing_if = "Launch::is_external")]
     pub launch: Launch,
 }
 
@@ -85,6 +86,13 @@ pub enum Launch {
     /// `tandem run` starts `ranks` processes on this machine with `mpirun` (`$TANDEM_MPIRUN` names
     /// another launcher), one rank each, cores unbound; a build with the `mpi` feature.
     Local,
+}
+
+impl Launch {
+    /// The default: written manifests leave it out, as those of builds before the key did.
+    fn is_external(&self) -> bool {
+        *self == Self::External
+    }
 }
 
 /// `[data]`: where AG News is and how it is split, tokenized and truncated.
