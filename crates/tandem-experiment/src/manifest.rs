@@ -70,7 +70,7 @@ pub struct ClusterSection {
     /// The job must have exactly this many ranks (unset: any number, 1 included).
     #[schemars(range(min = 1))]
     pub ranks: Option<usize>,
-    /// Who starts the ranks.
+    /// Who starts the ranks (unset: `external`).
     #[serde(skip_serializing_if = "Launch::is_external")]
     pub launch: Launch,
 }
