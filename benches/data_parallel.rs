@@ -1,44 +1,46 @@
 //! Data-parallel speedup on the CPU build: 2 replicas × 1 core against sequential on 1 core
 //! (and on 2 cores), per architecture, at the reference shape: batch 64, sequence 64,
-//! vocabulary 20,000, embedding 128, on AG News text (the test split's training part).
+//! vocabulary 20,000, embedding 128, on AG News text (the test split's training part). Replicas
+//! run as threads of this process and, built with `--features mpi`, as two MPI processes
+//! (`mpirun -np 2`, or `$TANDEM_MPIRUN`), under both batch semantics:
 //!
-//!     TANDEM_DATA_DIR=../shared/datasets/ag_news cargo bench -p tandem-parallel --bench data_parallel
+//!     TANDEM_DATA_DIR=../shared/datasets/ag_news cargo bench -p tandem-parallel --features mpi --bench data_parallel
 //!
-//! The last columns bound what data parallelism can reach: a replica computes a shard of half
-//! the batch, so 2 replicas reach at most twice the 1-core rate at that half batch.
+//! With `batch = "global"` a replica computes a shard of half the batch, so 2 replicas reach at
+//! most twice the 1-core rate at that half batch (the last columns of the first table). With
+//! `batch = "per-replica"` each replica trains on a whole batch, as PyTorch's DDP runs it.
 //!
 //! Environment: `TANDEM_BENCH_STEPS` (timed optimizer steps per cell, default 20),
 //! `TANDEM_BENCH_HALF_ONLY=1` (only the 1-core half-batch rate, to run two processes at once),
-//! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`). Every cell runs in the same process, one after the
-//! other, so the ratios compare like with like on a noisy machine.
+//! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`). Every cell of an architecture runs one after the other
+//! (the processes' cells in a child job), so the ratios compare like with like on a noisy machine.
 
 mod common;
 
 use common::{data, measure, model, sequential, settings, train, BATCH, SEQ, VOCAB};
-use tandem_parallel::{AllReduceKind, DataParallel, DataParallelConfig};
+use tandem_data::Encoded;
+use tandem_models::Architecture;
+use tandem_parallel::{AllReduceKind, BatchSemantics, DataParallel, DataParallelConfig, StrategyKind};
 use tandem_train::TrainStats;
+
+/// The semantics the child job measures, in order; it reports
+/// `process-rate <semantics> <samples/s> <all-reduce share>`.
+#[cfg(feature = "mpi")]
+const SEMANTICS: [BatchSemantics; 2] = [BatchSemantics::Global, BatchSemantics::PerReplica];
+#[cfg(feature = "mpi")]
+const PROCESS_RATE: &str = "process-rate";
 
 fn main() {
     tandem_train::keep_freed_memory();
     let (steps, archs) = settings();
     let data = data();
+    if run_as_rank(&archs, &data, steps) {
+        return;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("data-parallel training throughput, Flex, samples/s (batch {BATCH}, sequence {SEQ}, vocabulary {VOCAB}, {steps} steps; {cores} cores here)\n");
-    println!("| architecture | sequential 1 core | sequential 2 cores | DP 2×1 dense | DP 2×1 | speedup DP / seq 1 core | all-reduce share (dense) | bytes/replica/step dense → rows | sequential 1 core at batch {} | ideal DP (2× that) | 2 independent sequential runs at once, batch {}, summed |", BATCH / 2, BATCH / 2);
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let (mut global, mut per_replica) = (Vec::new(), Vec::new());
     for arch in archs {
         let sequential = |threads: usize, batch: usize| sequential(arch, &data, threads, batch, steps);
-        let parallel = |sparse_embedding| {
-            let config = DataParallelConfig {
-                replicas: 2,
-                all_reduce: AllReduceKind::Tree,
-                sparse_embedding,
-                ..Default::default()
-            };
-            let mut dp =
-                DataParallel::new(model(arch), &train(1), &config, vec![Default::default(); 2]).expect("replicas");
-            measure(&mut dp, &data, BATCH, steps)
-        };
         if std::env::var("TANDEM_BENCH_HALF_ONLY").is_ok() {
             // For running two bench processes at once: the process-per-replica control.
             println!(
@@ -49,6 +51,7 @@ fn main() {
             );
             continue;
         }
+        eprintln!("{}…", arch.name());
         let (seq1, seq2, half) = (sequential(1, BATCH), sequential(2, BATCH), sequential(1, BATCH / 2));
         // Two unrelated trainings on two threads, no communication at all: what the process
         // (Burn's shared autodiff bookkeeping, the allocator, the memory bus) lets 2 cores do.
@@ -56,13 +59,37 @@ fn main() {
             let runs: Vec<_> = (0..2).map(|_| scope.spawn(|| sequential(1, BATCH / 2))).collect();
             runs.into_iter().map(|r| r.join().expect("independent run")).sum()
         });
-        let (dense, dense_stats) = parallel(false);
-        let (sparse, stats) = parallel(true);
+        let threads = |batch, sparse_embedding| {
+            let config = DataParallelConfig {
+                replicas: 2,
+                all_reduce: AllReduceKind::Tree,
+                sparse_embedding,
+                batch,
+                ..Default::default()
+            };
+            let train = config.train_for(&train(1), 1);
+            let mut dp =
+                DataParallel::new(model(arch), &train, &config, vec![Default::default(); 2]).expect("replicas");
+            measure(&mut dp, &data, train.batch_size, steps)
+        };
+        let (dense, dense_stats) = threads(BatchSemantics::Global, false);
+        let (sparse, stats) = threads(BatchSemantics::Global, true);
+        let (own_batches, own_stats) = threads(BatchSemantics::PerReplica, true);
+        let processes = processes(arch);
         let figures = |s: &TrainStats| s.figures.data_parallel().cloned().expect("data-parallel figures");
-        let (figures, dense_figures) = (figures(&stats), figures(&dense_stats));
-        println!(
-            "| {} | {seq1:.0} | {seq2:.0} | {dense:.0} | {sparse:.0} | **{:.2}×** | {:.1} % ({:.1} %) | {:.1} MB → {:.2} MB | {half:.0} | {:.0} ({:.2}×) | {independent:.0} ({:.2}×) |",
-            arch.name(),
+        let (own_figures, figures, dense_figures) = (figures(&own_stats), figures(&stats), figures(&dense_stats));
+        // A process cell's samples/s, speedup and all-reduce share, or dashes without one.
+        let cells = |cell: Option<(f64, f64)>| match cell {
+            Some((rate, share)) => {
+                [format!("{rate:.0}"), format!("{:.2}×", rate / seq1), format!("{:.1} %", 100.0 * share)]
+            }
+            None => ["–".to_string(), "–".to_string(), "–".to_string()],
+        };
+        let ([global_rate, global_speedup, _], [own_rate, own_speedup, own_share]) =
+            (cells(processes[0]), cells(processes[1]));
+        let name = arch.name();
+        global.push(format!(
+            "| {name} | {seq1:.0} | {seq2:.0} | {dense:.0} | {sparse:.0} | {global_rate} | **{:.2}×** / **{global_speedup}** | {:.1} % ({:.1} %) | {:.1} MB → {:.2} MB | {half:.0} | {:.0} ({:.2}×) | {independent:.0} ({:.2}×) |",
             sparse / seq1,
             100.0 * figures.all_reduce_share,
             100.0 * dense_figures.all_reduce_share,
@@ -71,6 +98,78 @@ fn main() {
             2.0 * half,
             2.0 * half / seq1,
             independent / seq1,
-        );
+        ));
+        let target = if arch == Architecture::Cnn { 1.6 } else { 1.8 };
+        per_replica.push(format!(
+            "| {name} | {seq1:.0} | {own_batches:.0} | {own_rate} | **{:.2}×** | **{own_speedup}** | {:.1} % / {own_share} | {target}× |",
+            own_batches / seq1,
+            100.0 * own_figures.all_reduce_share,
+        ));
     }
+    if global.is_empty() {
+        return;
+    }
+    println!("data-parallel training throughput, Flex, samples/s (sequence {SEQ}, vocabulary {VOCAB}, {steps} steps; {cores} cores here)\n");
+    println!("`batch = \"global\"`: a batch of {BATCH}, a shard of {} per replica\n", BATCH / 2);
+    println!("| architecture | sequential 1 core | sequential 2 cores | DP 2×1 threads, dense | DP 2×1 threads | DP 2×1 processes | speedup threads / processes | all-reduce share (dense) | bytes/replica/step dense → rows | sequential 1 core at batch {} | ideal DP (2× that) | 2 independent sequential runs at once, batch {}, summed |", BATCH / 2, BATCH / 2);
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    global.iter().for_each(|row| println!("{row}"));
+    println!("\n`batch = \"per-replica\"`: a batch of {BATCH} per replica, a global batch of {}\n", 2 * BATCH);
+    println!("| architecture | sequential 1 core, batch {BATCH} | DP 2×1 threads | DP 2×1 processes | speedup threads | speedup processes | all-reduce share threads / processes | target |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    per_replica.iter().for_each(|row| println!("{row}"));
+}
+
+/// The rates (samples/s) and all-reduce shares of 2 replicas as 2 MPI processes of a child job,
+/// under each of [`SEMANTICS`] (`None` where this build has no MPI or the job failed, which is said).
+fn processes(arch: Architecture) -> [Option<(f64, f64)>; 2] {
+    #[cfg(feature = "mpi")]
+    {
+        let exe = std::env::current_exe().expect("this benchmark's path");
+        let job = tandem_parallel::local_ranks_command(2, &exe, []).and_then(|(mut job, launcher)| {
+            job.env("TANDEM_BENCH_ARCHS", arch.name()).output().map_err(|e| format!("`{launcher}` did not start: {e}"))
+        });
+        match job {
+            Ok(out) if out.status.success() => {
+                let text = String::from_utf8_lossy(&out.stdout);
+                return SEMANTICS.map(|semantics| {
+                    text.lines().find_map(|line| {
+                        let rest = line.strip_prefix(PROCESS_RATE)?.trim().strip_prefix(&format!("{semantics:?} "))?;
+                        let mut numbers = rest.split_whitespace().map(|n| n.parse().ok());
+                        Some((numbers.next()??, numbers.next()??))
+                    })
+                });
+            }
+            Ok(out) => eprintln!("the 2-process job failed: {}", String::from_utf8_lossy(&out.stderr)),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    let _ = arch;
+    [None, None]
+}
+
+/// In a job `mpirun` started, this process is one rank: one replica each, both semantics, rank 0
+/// printing the rates. Returns whether it was.
+fn run_as_rank(archs: &[Architecture], data: &Encoded, steps: usize) -> bool {
+    #[cfg(feature = "mpi")]
+    if let Some(ranks) = tandem_parallel::MpiRanks::join().expect("joining the MPI job") {
+        use tandem_parallel::Ranks;
+        for &arch in archs {
+            for semantics in SEMANTICS {
+                let config = DataParallelConfig { replicas: 1, batch: semantics, ..Default::default() };
+                let train = config.train_for(&train(1), ranks.size());
+                let mut dp = DataParallel::new(model(arch), &train, &config, vec![Default::default()])
+                    .and_then(|dp| dp.across_ranks(&ranks))
+                    .expect("replicas across ranks");
+                let (rate, stats) = measure(&mut dp, data, train.batch_size, steps);
+                let share = stats.figures.data_parallel().map_or(f64::NAN, |f| f.all_reduce_share);
+                if ranks.rank() == 0 {
+                    println!("{PROCESS_RATE} {semantics:?} {rate} {share}");
+                }
+            }
+        }
+        return true;
+    }
+    let _ = (archs, data, steps);
+    false
 }

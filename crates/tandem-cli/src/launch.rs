@@ -2,11 +2,6 @@
 
 use std::process::ExitStatus;
 
-/// The launcher and its options when `$TANDEM_MPIRUN` does not name one: OpenMPI's or MPICH's
-/// `mpirun`, cores unbound (each rank's compute threads are its own).
-#[cfg(feature = "mpi")]
-const DEFAULT_LAUNCHER: &str = "mpirun --bind-to none";
-
 /// Runs this same command line again as `ranks` processes under `mpirun` (`$TANDEM_MPIRUN`, split
 /// at spaces, replaces `mpirun --bind-to none`), and waits for the job to end: its ranks bound
 /// their own waits, so this wait is bounded too. Returns the job's exit status, which the ranks
@@ -18,19 +13,8 @@ pub fn local_job(ranks: usize) -> Result<ExitStatus, String> {
     use std::sync::Arc;
     use std::time::Duration;
 
-    let launcher = std::env::var("TANDEM_MPIRUN").unwrap_or_else(|_| DEFAULT_LAUNCHER.to_string());
-    let mut words = launcher.split_whitespace();
-    let program = words.next().ok_or("TANDEM_MPIRUN is set but empty: name an MPI launcher, e.g. `mpirun`")?;
     let this = std::env::current_exe().map_err(|e| format!("cannot find this program to start its ranks: {e}"))?;
-    let mut job = Command::new(program);
-    job.args(words)
-        .args(["-np", &ranks.to_string()])
-        .arg(this)
-        .args(std::env::args_os().skip(1))
-        // OpenMPI's: start as root too (containers), and more ranks than cores if asked.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    let (mut job, launcher) = tandem_experiment::local_ranks_command(ranks, &this, std::env::args_os().skip(1))?;
     // A Ctrl-C goes to the whole process group, the ranks included: this process only outlives
     // it. A SIGTERM comes to this process alone: it goes on to the launcher.
     let (interrupted, terminated) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
@@ -39,7 +23,7 @@ pub fn local_job(ranks: usize) -> Result<ExitStatus, String> {
             .map_err(|e| format!("cannot watch for signal {signal} while the ranks run: {e}"))?;
     }
     let mut child = job.spawn().map_err(|e| {
-        format!("`[cluster] launch = \"local\"` starts the ranks with `{program}`, which did not start ({e}): install an MPI library (OpenMPI, MPICH) or name its launcher in TANDEM_MPIRUN")
+        format!("`[cluster] launch = \"local\"` starts the ranks with `{launcher}`, which did not start ({e}): install an MPI library (OpenMPI, MPICH) or name its launcher in TANDEM_MPIRUN")
     })?;
     let mut passed_on = false;
     loop {

@@ -18,7 +18,7 @@ pub use results::RunSummary;
 pub use runner::{run, Restart, RunOptions};
 #[cfg(feature = "mpi")]
 pub use tandem_parallel::MpiRanks;
-pub use tandem_parallel::{launched_by_mpi, launched_job_size, Ranks};
+pub use tandem_parallel::{launched_by_mpi, launched_job_size, local_ranks_command, Ranks};
 
 /// Tandem's version, recorded in every results folder.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

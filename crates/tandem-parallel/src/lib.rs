@@ -41,7 +41,10 @@ pub use model_parallel::{
 };
 #[cfg(feature = "mpi")]
 pub use mpi_ranks::MpiRanks;
-pub use ranks::{cross_rank_timeout, fingerprint, launched_by_mpi, launched_job_size, RankError, RankLink, Ranks};
+pub use ranks::{
+    cross_rank_timeout, fingerprint, launched_by_mpi, launched_job_size, local_ranks_command, RankError, RankLink,
+    Ranks,
+};
 pub use schedule::{theoretical_bubble, Action, Layout, LocalStep, OwnInput, Pass, PipelineSchedule, Schedule};
 pub use shard::shard_ranges;
 pub use supervisor::{on_stuck_worker, StuckHandler};

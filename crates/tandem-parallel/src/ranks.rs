@@ -117,6 +117,32 @@ pub fn launched_by_mpi() -> bool {
     LAUNCHER_VARIABLES.iter().any(|v| std::env::var_os(v).is_some())
 }
 
+/// The launcher and its options when `$TANDEM_MPIRUN` does not name one: OpenMPI's or MPICH's
+/// `mpirun`, cores unbound (each rank's compute threads are its own).
+const DEFAULT_LAUNCHER: &str = "mpirun --bind-to none";
+
+/// The command that runs `program` with `args` as `ranks` processes of an MPI job on this
+/// machine: `$TANDEM_MPIRUN` (split at spaces) or `mpirun --bind-to none`, allowed to start as
+/// root (containers) and more ranks than cores. Also returns the launcher's name, for errors.
+pub fn local_ranks_command(
+    ranks: usize,
+    program: &std::path::Path,
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Result<(std::process::Command, String), String> {
+    let launcher = std::env::var("TANDEM_MPIRUN").unwrap_or_else(|_| DEFAULT_LAUNCHER.to_string());
+    let mut words = launcher.split_whitespace();
+    let name = words.next().ok_or("TANDEM_MPIRUN is set but empty: name an MPI launcher, e.g. `mpirun`")?;
+    let mut job = std::process::Command::new(name);
+    job.args(words)
+        .args(["-np", &ranks.to_string()])
+        .arg(program)
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    Ok((job, name.to_string()))
+}
+
 /// The job size an MPI launcher announced, where it says (OpenMPI, Hydra, Slurm).
 pub fn launched_job_size() -> Option<usize> {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"].iter().find_map(|v| std::env::var(v).ok()?.parse().ok())
