@@ -8,12 +8,13 @@
 //!
 //! With `batch = "global"` a replica computes a shard of half the batch, so 2 replicas reach at
 //! most twice the 1-core rate at that half batch (the last columns of the first table). With
-//! `batch = "per-replica"` each replica trains on a whole batch, as PyTorch's DDP runs it.
+//! `batch = "per-replica"` each replica trains on a whole batch, as PyTorch's DDP runs it; its
+//! ceiling is two sequential trainings in two processes at once, with no exchange at all.
 //!
 //! Environment: `TANDEM_BENCH_STEPS` (timed optimizer steps per cell, default 20),
-//! `TANDEM_BENCH_HALF_ONLY=1` (only the 1-core half-batch rate, to run two processes at once),
 //! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`). Every cell of an architecture runs one after the other
-//! (the processes' cells in a child job), so the ratios compare like with like on a noisy machine.
+//! (the processes' cells in child processes), and the sequential 1-core rate is the mean of a run
+//! before and a run after them, so the ratios compare like with like on a noisy machine.
 
 mod common;
 
@@ -23,6 +24,9 @@ use tandem_models::Architecture;
 use tandem_parallel::{AllReduceKind, BatchSemantics, DataParallel, DataParallelConfig, StrategyKind};
 use tandem_train::TrainStats;
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
 /// The semantics the child job measures, in order; it reports
 /// `process-rate <semantics> <samples/s> <all-reduce share>`.
 #[cfg(feature = "mpi")]
@@ -30,29 +34,24 @@ const SEMANTICS: [BatchSemantics; 2] = [BatchSemantics::Global, BatchSemantics::
 #[cfg(feature = "mpi")]
 const PROCESS_RATE: &str = "process-rate";
 
+/// Set in the children of [`two_processes_at_once`] to the batch they train at; each reports
+/// `sequential-rate <samples/s>`.
+const SEQUENTIAL_PROCESS: &str = "TANDEM_BENCH_SEQUENTIAL_PROCESS";
+const SEQUENTIAL_RATE: &str = "sequential-rate";
+
 fn main() {
     tandem_train::keep_freed_memory();
     let (steps, archs) = settings();
     let data = data();
-    if run_as_rank(&archs, &data, steps) {
+    if run_as_sequential_process(&archs, &data, steps) || run_as_rank(&archs, &data, steps) {
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (mut global, mut per_replica) = (Vec::new(), Vec::new());
     for arch in archs {
         let sequential = |threads: usize, batch: usize| sequential(arch, &data, threads, batch, steps);
-        if std::env::var("TANDEM_BENCH_HALF_ONLY").is_ok() {
-            // For running two bench processes at once: the process-per-replica control.
-            println!(
-                "{} sequential 1 core batch {}: {:.0} samples/s",
-                arch.name(),
-                BATCH / 2,
-                sequential(1, BATCH / 2)
-            );
-            continue;
-        }
         eprintln!("{}…", arch.name());
-        let (seq1, seq2, half) = (sequential(1, BATCH), sequential(2, BATCH), sequential(1, BATCH / 2));
+        let (before, seq2, half) = (sequential(1, BATCH), sequential(2, BATCH), sequential(1, BATCH / 2));
         // Two unrelated trainings on two threads, no communication at all: what the process
         // (Burn's shared autodiff bookkeeping, the allocator, the memory bus) lets 2 cores do.
         let independent: f64 = std::thread::scope(|scope| {
@@ -76,6 +75,8 @@ fn main() {
         let (sparse, stats) = threads(BatchSemantics::Global, true);
         let (own_batches, own_stats) = threads(BatchSemantics::PerReplica, true);
         let processes = processes(arch);
+        let ceiling = two_processes_at_once(arch, BATCH);
+        let seq1 = (before + sequential(1, BATCH)) / 2.0;
         let figures = |s: &TrainStats| s.figures.data_parallel().cloned().expect("data-parallel figures");
         let (own_figures, figures, dense_figures) = (figures(&own_stats), figures(&stats), figures(&dense_stats));
         // A process cell's samples/s, speedup and all-reduce share, or dashes without one.
@@ -100,8 +101,13 @@ fn main() {
             independent / seq1,
         ));
         let target = if arch == Architecture::Cnn { 1.6 } else { 1.8 };
+        let faster = processes[1].map_or(own_batches, |(rate, _)| rate.max(own_batches));
+        let (ceiling, of_ceiling) = match ceiling {
+            Some(rate) => (format!("{rate:.0} ({:.2}×)", rate / seq1), format!("{:.0} %", 100.0 * faster / rate)),
+            None => ("–".to_string(), "–".to_string()),
+        };
         per_replica.push(format!(
-            "| {name} | {seq1:.0} | {own_batches:.0} | {own_rate} | **{:.2}×** | **{own_speedup}** | {:.1} % / {own_share} | {target}× |",
+            "| {name} | {seq1:.0} | {ceiling} | {own_batches:.0} | {own_rate} | **{:.2}×** | **{own_speedup}** | {of_ceiling} | {:.1} % / {own_share} | {target}× |",
             own_batches / seq1,
             100.0 * own_figures.all_reduce_share,
         ));
@@ -115,8 +121,8 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     global.iter().for_each(|row| println!("{row}"));
     println!("\n`batch = \"per-replica\"`: a batch of {BATCH} per replica, a global batch of {}\n", 2 * BATCH);
-    println!("| architecture | sequential 1 core, batch {BATCH} | DP 2×1 threads | DP 2×1 processes | speedup threads | speedup processes | all-reduce share threads / processes | target |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| architecture | sequential 1 core, batch {BATCH} | 2 sequential processes at once (ceiling) | DP 2×1 threads | DP 2×1 processes | speedup threads | speedup processes | faster DP / ceiling | all-reduce share threads / processes | target |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     per_replica.iter().for_each(|row| println!("{row}"));
 }
 
@@ -146,6 +152,67 @@ fn processes(arch: Architecture) -> [Option<(f64, f64)>; 2] {
     }
     let _ = arch;
     [None, None]
+}
+
+/// Two sequential 1-core trainings of `arch` at `batch`, in two processes at once with no exchange
+/// at all: their summed samples/s, the most two replicas as processes can reach on this machine
+/// (`None` if a child failed, which is said).
+fn two_processes_at_once(arch: Architecture, batch: usize) -> Option<f64> {
+    let run = || -> Result<f64, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("this benchmark's path: {e}"))?;
+        let mut children = (0..2)
+            .map(|_| {
+                Command::new(&exe)
+                    .env(SEQUENTIAL_PROCESS, batch.to_string())
+                    .env("TANDEM_BENCH_ARCHS", arch.name())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("a sequential process did not start: {e}"))?;
+        let mut outputs: Vec<_> = children.iter_mut().filter_map(|c| c.stdout.take().map(BufReader::new)).collect();
+        // Both have loaded the data before either starts training.
+        for output in &mut outputs {
+            let mut line = String::new();
+            output.read_line(&mut line).map_err(|e| e.to_string())?;
+            if line.trim() != "ready" {
+                return Err(format!("a sequential process said {line:?} instead of \"ready\""));
+            }
+        }
+        for child in &mut children {
+            child.stdin.take().map(|mut input| input.write_all(b"go\n")).transpose().map_err(|e| e.to_string())?;
+        }
+        let mut total = 0.0;
+        for output in outputs {
+            let rate = output
+                .lines()
+                .map_while(Result::ok)
+                .find_map(|line| line.strip_prefix(SEQUENTIAL_RATE).and_then(|rate| rate.trim().parse::<f64>().ok()));
+            total += rate.ok_or("a sequential process reported no rate")?;
+        }
+        for mut child in children {
+            child.wait().map_err(|e| e.to_string())?;
+        }
+        Ok(total)
+    };
+    run().map_err(|e| eprintln!("two sequential processes at once: {e}")).ok()
+}
+
+/// In a child that [`two_processes_at_once`] started: once told to go on standard input, trains
+/// sequentially on 1 core and prints the rate. Returns whether it was one.
+fn run_as_sequential_process(archs: &[Architecture], data: &Encoded, steps: usize) -> bool {
+    let Some(batch) = std::env::var(SEQUENTIAL_PROCESS).ok().and_then(|b| b.parse().ok()) else {
+        return false;
+    };
+    println!("ready");
+    let mut go = String::new();
+    if std::io::stdin().read_line(&mut go).is_ok() {
+        for &arch in archs {
+            println!("{SEQUENTIAL_RATE} {}", sequential(arch, data, 1, batch, steps));
+        }
+    }
+    true
 }
 
 /// In a job `mpirun` started, this process is one rank: one replica each, both semantics, rank 0

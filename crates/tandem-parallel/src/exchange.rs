@@ -165,6 +165,7 @@ impl GradientExchange {
             rows: rows_tensor.clone(),
             flats: Vec::new(),
             sparse: None,
+            table: None,
             device,
         };
         model.visit(&mut flatten);
@@ -211,6 +212,7 @@ impl GradientExchange {
             rows: rows_tensor,
             row_ids: rows,
             sparse,
+            table: flatten.table,
             device,
         };
         model.visit(&mut unflatten);
@@ -288,6 +290,8 @@ struct Flatten<'a, B: AutodiffBackend> {
     rows: Option<Tensor<B::InnerBackend, 1, Int>>,
     flats: Vec<Tensor<B::InnerBackend, 1>>,
     sparse: Option<Tensor<B::InnerBackend, 2>>,
+    /// This replica's own gradient of the whole table, `[rows, cols]`.
+    table: Option<Tensor<B::InnerBackend, 2>>,
     device: &'a B::Device,
 }
 
@@ -300,7 +304,11 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
             .and_then(|g| g.remove::<B::InnerBackend, D>(param.id))
             .unwrap_or_else(|| Tensor::zeros(shape.clone(), self.device));
         match (&self.rows, Some(param.id) == self.sparse_id) {
-            (Some(rows), true) => self.sparse = Some(grad.reshape([shape[0] as i32, -1]).select(0, rows.clone())),
+            (Some(rows), true) => {
+                let table = grad.reshape([shape[0] as i32, -1]);
+                self.sparse = Some(table.clone().select(0, rows.clone()));
+                self.table = Some(table);
+            }
             // No token at all in the batch (never in practice): nothing to exchange.
             (None, true) => {}
             (_, false) => self.flats.push(grad.reshape([-1])),
@@ -317,6 +325,9 @@ struct Unflatten<'a, B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBacke
     /// The same rows, in host memory.
     row_ids: &'a [i64],
     sparse: Option<Tensor<B::InnerBackend, 2>>,
+    /// This replica's own gradient of the table: zero but on the rows of its shard, all among
+    /// `rows`, so writing the reduced rows over it gives the reduced table.
+    table: Option<Tensor<B::InnerBackend, 2>>,
     device: &'a B::Device,
 }
 
@@ -325,13 +336,13 @@ impl<B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBackend, 1>>> ModuleV
         let shape = param.lazy_shape();
         let grad: Tensor<B::InnerBackend, D> = if Some(param.id) == self.sparse_id {
             let [rows, cols] = [shape[0], shape.num_elements() / shape[0].max(1)];
-            let dense = match (self.rows.take(), self.sparse.take()) {
-                (Some(ids), Some(values)) => match on_cpu::<B::InnerBackend>() {
-                    true => scatter_rows_in_host_memory(values, self.row_ids, [rows, cols], self.device),
-                    false => {
-                        Tensor::zeros([rows, cols], self.device).select_assign(0, ids, values, IndexingUpdateOp::Add)
-                    }
-                },
+            let dense = match (self.rows.take(), self.sparse.take(), self.table.take()) {
+                (Some(_), Some(values), Some(table)) if on_cpu::<B::InnerBackend>() => {
+                    write_rows_in_host_memory(table, values, self.row_ids)
+                }
+                (Some(ids), Some(values), _) => {
+                    Tensor::zeros([rows, cols], self.device).select_assign(0, ids, values, IndexingUpdateOp::Add)
+                }
                 _ => Tensor::zeros([rows, cols], self.device),
             };
             dense.reshape(shape)
@@ -342,30 +353,39 @@ impl<B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBackend, 1>>> ModuleV
     }
 }
 
-/// A `[rows, cols]` table of zeros but for `values[k]` at row `row_ids[k]`, built in host memory:
-/// on a CPU backend that writes the touched rows once, where zeros and an indexed add would
-/// fill the whole table twice (Flex's indexed add copies its input).
-fn scatter_rows_in_host_memory<B: burn::tensor::backend::Backend>(
+/// `table` with `values[k]` written over its row `row_ids[k]`, in host memory: on a CPU backend
+/// the table's own buffer is reused (it is this replica's alone), so a step neither allocates
+/// nor zeroes another table, and only the touched rows are written.
+fn write_rows_in_host_memory<B: burn::tensor::backend::Backend>(
+    table: Tensor<B, 2>,
     values: Tensor<B, 2>,
     row_ids: &[i64],
-    [rows, cols]: [usize; 2],
-    device: &B::Device,
 ) -> Tensor<B, 2> {
-    let data = values.into_data();
-    let dtype = data.dtype;
-    let data = data.convert::<f32>();
+    let (device, [rows, cols]) = (table.device(), table.dims());
+    let values = values.into_data().convert::<f32>();
     let copied: Vec<f32>;
-    let values = match data.as_slice::<f32>() {
+    let values = match values.as_slice::<f32>() {
         Ok(values) => values,
         Err(_) => {
-            copied = data.iter::<f32>().collect();
+            copied = values.iter::<f32>().collect();
             &copied
         }
     };
-    let mut dense = vec![0f32; rows * cols];
-    for (row, values) in row_ids.iter().zip(values.chunks_exact(cols.max(1))) {
-        let at = *row as usize * cols;
-        dense[at..at + cols].copy_from_slice(values);
+    let write = |dense: &mut [f32]| {
+        for (row, values) in row_ids.iter().zip(values.chunks_exact(cols.max(1))) {
+            let at = *row as usize * cols;
+            dense[at..at + cols].copy_from_slice(values);
+        }
+    };
+    let table = table.into_data();
+    let dtype = table.dtype;
+    let mut table = table.convert::<f32>();
+    if let Ok(dense) = table.as_mut_slice::<f32>() {
+        write(dense);
+    } else {
+        let mut dense: Vec<f32> = table.iter::<f32>().collect();
+        write(&mut dense);
+        table = TensorData::new(dense, [rows, cols]);
     }
-    Tensor::from_data(TensorData::new(dense, [rows, cols]).convert_dtype(dtype), device)
+    Tensor::from_data(table.convert_dtype(dtype), &device)
 }

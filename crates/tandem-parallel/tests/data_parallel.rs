@@ -119,6 +119,29 @@ fn a_batch_per_replica_is_sequential_training_on_the_replicas_rows_together() {
     assert!(err.to_string().contains("lr_scaling") && err.to_string().contains("per-replica"), "{err}");
 }
 
+/// On Flex, the CPU backend of runs and benchmarks, a replica writes the reduced embedding rows
+/// over its own gradient's buffer: both batch semantics still train as sequential training does.
+#[test]
+fn on_flex_both_batch_semantics_match_sequential() {
+    type F = Autodiff<burn::backend::Flex>;
+    let _serial = serial();
+    let (data, _, vocab_size) = toy_data();
+    let gru = &toy_model(Architecture::Gru);
+    for batch in [BatchSemantics::Global, BatchSemantics::PerReplica] {
+        let config = DataParallelConfig { replicas: 2, batch, ..Default::default() };
+        let train = config.train_for(&TrainConfig { batch_size: 4, ..exact_train_config() }, 1);
+        let mut sequential = Sequential::new(initial_model::<F>(gru, vocab_size), &train, Default::default());
+        one_epoch(&mut sequential, &data, &train);
+        let mut parallel =
+            DataParallel::new(initial_model::<F>(gru, vocab_size), &train, &config, vec![Default::default(); 2])
+                .unwrap();
+        one_epoch(&mut parallel, &data, &train);
+        let diff = relative_difference(&parallel.model().parameter_values(), &sequential.model().parameter_values());
+        assert!(diff <= 1e-5, "{batch:?}: parameters differ by {diff:e} (relative)");
+        assert_eq!(parallel.max_replica_difference(), 0.0, "{batch:?}: replicas must hold identical parameters");
+    }
+}
+
 #[test]
 fn communication_is_accounted_and_the_embedding_travels_as_rows() {
     let _serial = serial();
