@@ -290,7 +290,8 @@ struct Flatten<'a, B: AutodiffBackend> {
     rows: Option<Tensor<B::InnerBackend, 1, Int>>,
     flats: Vec<Tensor<B::InnerBackend, 1>>,
     sparse: Option<Tensor<B::InnerBackend, 2>>,
-    /// This replica's own gradient of the whole table, `[rows, cols]`.
+    /// This replica's own gradient of the whole table, `[rows, cols]`, kept on a CPU backend
+    /// for the reduced rows to be written over.
     table: Option<Tensor<B::InnerBackend, 2>>,
     device: &'a B::Device,
 }
@@ -307,7 +308,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
             (Some(rows), true) => {
                 let table = grad.reshape([shape[0] as i32, -1]);
                 self.sparse = Some(table.clone().select(0, rows.clone()));
-                self.table = Some(table);
+                self.table = on_cpu::<B::InnerBackend>().then_some(table);
             }
             // No token at all in the batch (never in practice): nothing to exchange.
             (None, true) => {}
@@ -325,8 +326,8 @@ struct Unflatten<'a, B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBacke
     /// The same rows, in host memory.
     row_ids: &'a [i64],
     sparse: Option<Tensor<B::InnerBackend, 2>>,
-    /// This replica's own gradient of the table: zero but on the rows of its shard, all among
-    /// `rows`, so writing the reduced rows over it gives the reduced table.
+    /// This replica's own gradient of the table (CPU backends only): zero but on the rows of its
+    /// shard, all among `rows`, so writing the reduced rows over it gives the reduced table.
     table: Option<Tensor<B::InnerBackend, 2>>,
     device: &'a B::Device,
 }
@@ -337,9 +338,7 @@ impl<B: AutodiffBackend, I: Iterator<Item = Tensor<B::InnerBackend, 1>>> ModuleV
         let grad: Tensor<B::InnerBackend, D> = if Some(param.id) == self.sparse_id {
             let [rows, cols] = [shape[0], shape.num_elements() / shape[0].max(1)];
             let dense = match (self.rows.take(), self.sparse.take(), self.table.take()) {
-                (Some(_), Some(values), Some(table)) if on_cpu::<B::InnerBackend>() => {
-                    write_rows_in_host_memory(table, values, self.row_ids)
-                }
+                (Some(_), Some(values), Some(table)) => write_rows_in_host_memory(table, values, self.row_ids),
                 (Some(ids), Some(values), _) => {
                     Tensor::zeros([rows, cols], self.device).select_assign(0, ids, values, IndexingUpdateOp::Add)
                 }
