@@ -48,11 +48,25 @@ mod tests {
         Some(command)
     }
 
-    /// A tiny manifest of a 2-layer GRU (4 blocks) trained `epochs` epochs with `strategies` (TOML).
+    /// A tiny manifest of a 2-layer GRU (4 blocks) trained `epochs` epochs with `strategies` (TOML)
+    /// on ndarray.
     fn manifest(dir: &Path, name: &str, data: &Path, strategies: &str, epochs: usize, extra: &str) -> PathBuf {
+        manifest_on("ndarray", dir, name, data, strategies, epochs, extra)
+    }
+
+    /// [`manifest`] on `backend`.
+    fn manifest_on(
+        backend: &str,
+        dir: &Path,
+        name: &str,
+        data: &Path,
+        strategies: &str,
+        epochs: usize,
+        extra: &str,
+    ) -> PathBuf {
         let path = dir.join(format!("{name}.toml"));
         let text = format!(
-            "[experiment]\nname = \"{name}\"\nseeds = [3]\nbackend = \"ndarray\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 192\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = {epochs}\nbatch_size = 30\n\n{strategies}\n{extra}\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\nlayers = 2\ndropout = 0.0\n",
+            "[experiment]\nname = \"{name}\"\nseeds = [3]\nbackend = \"{backend}\"\n\n[data]\ndir = \"{}\"\nmax_len = 12\nmax_train_rows = 192\nmax_holdout_rows = 64\nvocab = {{ max_size = 300, min_freq = 1 }}\n\n[train]\nepochs = {epochs}\nbatch_size = 30\n\n{strategies}\n{extra}\n[[models]]\nname = \"gru\"\narchitecture = \"gru\"\nembedding_dim = 8\nhidden = 8\nlayers = 2\ndropout = 0.0\n",
             data.display()
         );
         std::fs::write(&path, text).unwrap();
@@ -110,10 +124,40 @@ mod tests {
     /// batch of 120, as in one process of four.
     #[test]
     fn a_batch_per_replica_spans_every_replica_of_the_job() {
-        if let Some(job) = across_ranks_equals_one_process(2, "batch = \"per-replica\"\nlr_scaling = \"sqrt\"\n") {
+        if let Some(job) = across_ranks_equals_one_process(2, PER_REPLICA) {
             assert_eq!(job.global_batch, Some(120));
         }
     }
+
+    /// On Flex, where a replica writes the reduced embedding rows over its own gradient's buffer
+    /// (ndarray copies instead), 2 ranks × 2 replicas train as sequential training on the global
+    /// batch: 30 rows split four ways, or four replicas' 30 rows together (120, at √4 × the
+    /// learning rate).
+    #[test]
+    fn on_flex_ranks_train_as_sequential_training_under_both_batch_semantics() {
+        let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("results");
+        // The semantics, their `[strategy]` settings, and the sequential run's batch and rate.
+        for (name, extra, batch, lr) in [("global", "", 30, 0.001), ("own", PER_REPLICA, 120, 0.002)] {
+            let (job, alone) = (format!("{name}_job"), format!("{name}_sequential"));
+            let ranks = "\n[cluster]\nranks = 2\n";
+            run_on_two_ranks(&out, &manifest_on("flex", dir.path(), &job, &data, &data_parallel(2, extra), 2, ranks));
+            let sequential =
+                manifest_on("flex", dir.path(), &alone, &data, "[strategy]\nkind = \"sequential\"\n", 2, "");
+            let (batch, lr) = (format!("train.batch_size={batch}"), format!("train.learning_rate={lr}"));
+            let (out_dir, sequential) = (out.to_str().unwrap(), sequential.to_str().unwrap());
+            let (ok, _, stderr) =
+                common::tandem(&["run", "--offline", "--set", &batch, "--set", &lr, "--out", out_dir, sequential]);
+            assert!(ok, "{stderr}");
+            let difference = parameter_difference(&run_dir(&out, &job, "gru"), &run_dir(&out, &alone, "gru"));
+            eprintln!("flex, {name}: 2 ranks × 2 vs sequential: relative parameter difference {difference:e}");
+            assert!(difference <= 1e-5, "{name}: relative parameter difference {difference}");
+        }
+    }
+
+    /// `[strategy]` settings of a batch per replica, its learning rate by the square-root rule.
+    const PER_REPLICA: &str = "batch = \"per-replica\"\nlr_scaling = \"sqrt\"\n";
 
     /// `[cluster] launch = "local"`: `tandem run` starts its two ranks itself, and they train as
     /// under `mpirun -np 2`: the parameters of one process of two replicas.
