@@ -17,6 +17,7 @@ use tandem_simd::Kernel;
 use crate::TrainConfig;
 
 mod gpu;
+mod squared_sum;
 mod state;
 
 /// Which optimizer to use.
@@ -424,7 +425,8 @@ struct SquaredNorm<'a> {
 impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
-            self.total += g.square().sum().into_scalar().elem::<f64>();
+            self.total +=
+                squared_sum::squared_sum_in_place(&g).unwrap_or_else(|| g.square().sum().into_scalar().elem::<f64>());
         }
     }
 }
