@@ -138,19 +138,22 @@ mod tests {
         let (Some(_), Some(data)) = (mpirun(), data_dir()) else { return };
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("results");
+        let lr = tandem_train::TrainConfig::default().learning_rate;
         // The semantics, their `[strategy]` settings, and the sequential run's batch and rate.
-        for (name, extra, batch, lr) in [("global", "", 30, 0.001), ("own", PER_REPLICA, 120, 0.002)] {
+        for (name, extra, batch, lr) in [("global", "", 30, lr), ("per_replica", PER_REPLICA, 120, 4f64.sqrt() * lr)] {
             let (job, alone) = (format!("{name}_job"), format!("{name}_sequential"));
             let ranks = "\n[cluster]\nranks = 2\n";
             run_on_two_ranks(&out, &manifest_on("flex", dir.path(), &job, &data, &data_parallel(2, extra), 2, ranks));
-            let sequential =
-                manifest_on("flex", dir.path(), &alone, &data, "[strategy]\nkind = \"sequential\"\n", 2, "");
-            let (batch, lr) = (format!("train.batch_size={batch}"), format!("train.learning_rate={lr}"));
-            let (out_dir, sequential) = (out.to_str().unwrap(), sequential.to_str().unwrap());
-            let (ok, _, stderr) =
-                common::tandem(&["run", "--offline", "--set", &batch, "--set", &lr, "--out", out_dir, sequential]);
-            assert!(ok, "{stderr}");
-            let difference = parameter_difference(&run_dir(&out, &job, "gru"), &run_dir(&out, &alone, "gru"));
+            let sequential = "[strategy]\nkind = \"sequential\"\n";
+            let (batch_key, lr_key) = (format!("train.batch_size={batch}"), format!("train.learning_rate={lr}"));
+            run_in_one_process(
+                &out,
+                &manifest_on("flex", dir.path(), &alone, &data, sequential, 2, ""),
+                &["--set", &batch_key, "--set", &lr_key],
+            );
+            let (job, alone) = (run_dir(&out, &job, "gru"), run_dir(&out, &alone, "gru"));
+            assert_eq!(summary(&job).global_batch, Some(batch), "{name}");
+            let difference = parameter_difference(&job, &alone);
             eprintln!("flex, {name}: 2 ranks × 2 vs sequential: relative parameter difference {difference:e}");
             assert!(difference <= 1e-5, "{name}: relative parameter difference {difference}");
         }
@@ -173,7 +176,7 @@ mod tests {
         tandem.env("TANDEM_MPIRUN", "mpirun --bind-to none --mca btl self,vader");
         let (ok, log) = output(tandem.args(["run", "--offline", "--out"]).arg(&out).arg(&local));
         assert!(ok, "{log}");
-        run_in_one_process(&out, &manifest(dir.path(), "single", &data, &data_parallel(2, ""), 2, ""));
+        run_in_one_process(&out, &manifest(dir.path(), "single", &data, &data_parallel(2, ""), 2, ""), &[]);
         let (local, single) = (run_dir(&out, "local", "gru"), run_dir(&out, "single", "gru"));
         let difference = parameter_difference(&local, &single);
         assert!(difference <= 1e-5, "relative parameter difference {difference}");
@@ -207,10 +210,10 @@ mod tests {
         assert!(ok, "{log}");
     }
 
-    /// Runs `manifest` in one process, results under `out`.
-    fn run_in_one_process(out: &Path, manifest: &Path) {
-        let (ok, _, stderr) =
-            common::tandem(&["run", "--offline", "--out", out.to_str().unwrap(), manifest.to_str().unwrap()]);
+    /// Runs `manifest` in one process with `overrides` (`--set key=value` pairs), results under `out`.
+    fn run_in_one_process(out: &Path, manifest: &Path, overrides: &[&str]) {
+        let run = ["run", "--offline", "--out", out.to_str().unwrap(), manifest.to_str().unwrap()];
+        let (ok, _, stderr) = common::tandem(&[&run[..], overrides].concat());
         assert!(ok, "{stderr}");
     }
 
@@ -223,7 +226,7 @@ mod tests {
         let out = dir.path().join("results");
         let (across, single) = (data_parallel(replicas, extra), data_parallel(2 * replicas, extra));
         run_on_two_ranks(&out, &manifest(dir.path(), "across", &data, &across, 2, "\n[cluster]\nranks = 2\n"));
-        run_in_one_process(&out, &manifest(dir.path(), "single", &data, &single, 2, ""));
+        run_in_one_process(&out, &manifest(dir.path(), "single", &data, &single, 2, ""), &[]);
         let (across, single) = (run_dir(&out, "across", "gru"), run_dir(&out, "single", "gru"));
         let difference = parameter_difference(&across, &single);
         eprintln!("2 ranks × {replicas} vs 1 process × {}: relative parameter difference {difference:e}", 2 * replicas);
@@ -300,6 +303,7 @@ mod tests {
         run_in_one_process(
             &out,
             &manifest(dir.path(), "single", &data, &(pipeline(&format!("cuts = {cuts:?}")) + sync + four), 2, ""),
+            &[],
         );
 
         for (run, per_rank) in [("gru-model-parallel-2s", 1), ("gru-predictive-sync", 1), ("gru-model-parallel-4s", 2)]

@@ -425,8 +425,8 @@ struct SquaredNorm<'a> {
 impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
-            self.total +=
-                squared_sum::squared_sum_in_place(&g).unwrap_or_else(|| g.square().sum().into_scalar().elem::<f64>());
+            self.total += squared_sum::squared_sum_without_copy(&g)
+                .unwrap_or_else(|| g.square().sum().into_scalar().elem::<f64>());
         }
     }
 }
