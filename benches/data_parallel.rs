@@ -9,7 +9,8 @@
 //! With `batch = "global"` a replica computes a shard of half the batch, so 2 replicas reach at
 //! most twice the 1-core rate at that half batch (the last columns of the first table). With
 //! `batch = "per-replica"` each replica trains on a whole batch, as PyTorch's DDP runs it; its
-//! ceiling is two sequential trainings in two processes at once, with no exchange at all.
+//! ceiling is two sequential trainings in two processes at once, with no exchange at all, and
+//! its synchronous ceiling the same two trainings waiting for each other after every step.
 //!
 //! Environment: `TANDEM_BENCH_STEPS` (timed optimizer steps per cell, default 20),
 //! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`). Every cell of an architecture runs one after the other
@@ -18,6 +19,8 @@
 
 mod common;
 
+#[cfg(feature = "mpi")]
+use common::measure_with;
 use common::{data, measure, model, sequential, settings, train, BATCH, SEQ, VOCAB};
 use tandem_data::Encoded;
 use tandem_models::Architecture;
@@ -33,6 +36,19 @@ use std::process::{Command, Stdio};
 const SEMANTICS: [BatchSemantics; 2] = [BatchSemantics::Global, BatchSemantics::PerReplica];
 #[cfg(feature = "mpi")]
 const PROCESS_RATE: &str = "process-rate";
+/// The child job's report of [`lockstep`]: `lockstep-rate <samples/s>`.
+#[cfg(feature = "mpi")]
+const LOCKSTEP_RATE: &str = "lockstep-rate";
+
+/// What the child job of 2 MPI processes measured for one architecture (`None` where this build
+/// has no MPI or the job failed, which is said).
+#[derive(Default)]
+struct Processes {
+    /// Samples/s and all-reduce share of data parallelism, under each of [`SEMANTICS`].
+    data_parallel: [Option<(f64, f64)>; 2],
+    /// Samples/s of [`lockstep`].
+    lockstep: Option<f64>,
+}
 
 /// Set in the children of [`two_processes_at_once`] to the batch they train at; each reports
 /// `sequential-rate <samples/s>`.
@@ -87,7 +103,7 @@ fn main() {
             None => ["–".to_string(), "–".to_string(), "–".to_string()],
         };
         let ([global_rate, global_speedup, _], [own_rate, own_speedup, own_share]) =
-            (cells(processes[0]), cells(processes[1]));
+            (cells(processes.data_parallel[0]), cells(processes.data_parallel[1]));
         let name = arch.name();
         global.push(format!(
             "| {name} | {seq1:.0} | {seq2:.0} | {dense:.0} | {sparse:.0} | {global_rate} | **{:.2}×** / **{global_speedup}** | {:.1} % ({:.1} %) | {:.1} MB → {:.2} MB | {half:.0} | {:.0} ({:.2}×) | {independent:.0} ({:.2}×) |",
@@ -101,14 +117,17 @@ fn main() {
             independent / seq1,
         ));
         let target = if arch == Architecture::Cnn { 1.6 } else { 1.8 };
-        let faster = processes[1].map_or(own_batches, |(rate, _)| rate.max(own_batches));
-        let (ceiling, of_ceiling) = match ceiling {
-            Some(rate) => (format!("{rate:.0} ({:.2}×)", rate / seq1), format!("{:.0} %", 100.0 * faster / rate)),
-            None => ("–".to_string(), "–".to_string()),
+        let faster = processes.data_parallel[1].map_or(own_batches, |(rate, _)| rate.max(own_batches));
+        // A ceiling's samples/s and speedup, and the faster data parallelism's share of it.
+        let bound = |ceiling: Option<f64>| match ceiling {
+            Some(rate) => [format!("{rate:.0} ({:.2}×)", rate / seq1), format!("{:.0} %", 100.0 * faster / rate)],
+            None => ["–".to_string(), "–".to_string()],
         };
+        let ([ceiling, of_ceiling], [lockstep, of_lockstep]) = (bound(ceiling), bound(processes.lockstep));
         per_replica.push(format!(
-            "| {name} | {seq1:.0} | {ceiling} | {own_batches:.0} | {own_rate} | **{:.2}×** | **{own_speedup}** | {of_ceiling} | {:.1} % / {own_share} | {target}× |",
+            "| {name} | {seq1:.0} | {ceiling} | {lockstep} | {own_batches:.0} | {own_rate} | **{:.2}×** | **{own_speedup}** | **{:.2}×** | {of_ceiling} / {of_lockstep} | {:.1} % / {own_share} | {target}× |",
             own_batches / seq1,
+            faster / seq1,
             100.0 * own_figures.all_reduce_share,
         ));
     }
@@ -121,14 +140,13 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     global.iter().for_each(|row| println!("{row}"));
     println!("\n`batch = \"per-replica\"`: a batch of {BATCH} per replica, a global batch of {}\n", 2 * BATCH);
-    println!("| architecture | sequential 1 core, batch {BATCH} | 2 sequential processes at once (ceiling) | DP 2×1 threads | DP 2×1 processes | speedup threads | speedup processes | faster DP / ceiling | all-reduce share threads / processes | target |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| architecture | sequential 1 core, batch {BATCH} | 2 sequential processes at once (ceiling) | the same in lockstep (synchronous ceiling) | DP 2×1 threads | DP 2×1 processes | speedup threads | speedup processes | speedup, the faster | faster DP / ceiling / synchronous ceiling | all-reduce share threads / processes | target |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     per_replica.iter().for_each(|row| println!("{row}"));
 }
 
-/// The rates (samples/s) and all-reduce shares of 2 replicas as 2 MPI processes of a child job,
-/// under each of [`SEMANTICS`] (`None` where this build has no MPI or the job failed, which is said).
-fn processes(arch: Architecture) -> [Option<(f64, f64)>; 2] {
+/// What a child job of 2 MPI processes measures for `arch`.
+fn processes(arch: Architecture) -> Processes {
     #[cfg(feature = "mpi")]
     {
         let exe = std::env::current_exe().expect("this benchmark's path");
@@ -138,20 +156,26 @@ fn processes(arch: Architecture) -> [Option<(f64, f64)>; 2] {
         match job {
             Ok(out) if out.status.success() => {
                 let text = String::from_utf8_lossy(&out.stdout);
-                return SEMANTICS.map(|semantics| {
-                    text.lines().find_map(|line| {
-                        let rest = line.strip_prefix(PROCESS_RATE)?.trim().strip_prefix(&format!("{semantics:?} "))?;
-                        let mut numbers = rest.split_whitespace().map(|n| n.parse().ok());
-                        Some((numbers.next()??, numbers.next()??))
-                    })
-                });
+                return Processes {
+                    data_parallel: SEMANTICS.map(|semantics| {
+                        text.lines().find_map(|line| {
+                            let rest =
+                                line.strip_prefix(PROCESS_RATE)?.trim().strip_prefix(&format!("{semantics:?} "))?;
+                            let mut numbers = rest.split_whitespace().map(|n| n.parse().ok());
+                            Some((numbers.next()??, numbers.next()??))
+                        })
+                    }),
+                    lockstep: text
+                        .lines()
+                        .find_map(|line| line.strip_prefix(LOCKSTEP_RATE).and_then(|rate| rate.trim().parse().ok())),
+                };
             }
             Ok(out) => eprintln!("the 2-process job failed: {}", String::from_utf8_lossy(&out.stderr)),
             Err(e) => eprintln!("{e}"),
         }
     }
     let _ = arch;
-    [None, None]
+    Processes::default()
 }
 
 /// Two sequential 1-core trainings of `arch` at `batch`, in two processes at once with no exchange
@@ -215,8 +239,8 @@ fn run_as_sequential_process(archs: &[Architecture], data: &Encoded, steps: usiz
     true
 }
 
-/// In a job `mpirun` started, this process is one rank: one replica each, both semantics, rank 0
-/// printing the rates. Returns whether it was.
+/// In a job `mpirun` started, this process is one rank: one replica each, both semantics, then
+/// [`lockstep`], rank 0 printing the rates. Returns whether it was.
 fn run_as_rank(archs: &[Architecture], data: &Encoded, steps: usize) -> bool {
     #[cfg(feature = "mpi")]
     if let Some(ranks) = tandem_parallel::MpiRanks::join().expect("joining the MPI job") {
@@ -234,9 +258,33 @@ fn run_as_rank(archs: &[Architecture], data: &Encoded, steps: usize) -> bool {
                     println!("{PROCESS_RATE} {semantics:?} {rate} {share}");
                 }
             }
+            let rate = lockstep(arch, data, steps, &ranks);
+            if ranks.rank() == 0 {
+                println!("{LOCKSTEP_RATE} {rate}");
+            }
         }
         return true;
     }
     let _ = (archs, data, steps);
     false
+}
+
+/// Sequential 1-core training of `arch` at the batch in every rank at once, the ranks waiting for
+/// each other after every step (an all-reduce of one number) and exchanging nothing else: the
+/// most that synchronous data parallelism can reach on this machine, whatever its exchange costs.
+/// Returns the ranks' summed samples/s.
+#[cfg(feature = "mpi")]
+fn lockstep(arch: Architecture, data: &Encoded, steps: usize, ranks: &dyn tandem_parallel::Ranks) -> f64 {
+    use std::sync::Mutex;
+    let timeout = std::time::Duration::from_secs(600);
+    let link = Mutex::new(ranks.links(1).expect("a link between the ranks").remove(0));
+    let wait_for_all = |_| {
+        link.lock().expect("the link").all_reduce_sum(&mut [0.0], timeout).expect("waiting for the other ranks");
+    };
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("thread pool");
+    let mut strategy = tandem_train::Sequential::new(model(arch), &train(1), Default::default());
+    let rate = pool.install(|| measure_with(&mut strategy, data, BATCH, steps, &wait_for_all).0);
+    let mut total = [rate as f32];
+    link.into_inner().expect("the link").all_reduce_sum(&mut total, timeout).expect("summing the rates");
+    f64::from(total[0])
 }

@@ -46,10 +46,25 @@ pub fn train(threads: usize) -> TrainConfig {
     TrainConfig { batch_size: BATCH, threads, ..Default::default() }
 }
 
-/// Samples/s over `steps` optimizer steps of `batch` samples, after 2 warm-up steps.
+/// Samples/s over `steps` optimizer steps of `batch` samples, after 2 warm-up steps (the data
+/// repeats where it has fewer batches).
 pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, steps: usize) -> (f64, TrainStats) {
+    measure_with(strategy, data, batch, steps, &|_| {})
+}
+
+/// [`measure`], calling `after_step` after every optimizer step (warm-up steps included).
+pub fn measure_with(
+    strategy: &mut dyn Strategy<B>,
+    data: &Encoded,
+    batch: usize,
+    steps: usize,
+    after_step: &(dyn Fn(usize) + Sync),
+) -> (f64, TrainStats) {
     let order: Vec<usize> = tandem_data::epoch_order(data.len(), 1, 0);
-    let all: Vec<Vec<usize>> = tandem_data::batches(&order, batch).map(<[usize]>::to_vec).collect();
+    // Whole batches only, and as many passes over the data as `steps` needs.
+    let epoch: Vec<Vec<usize>> =
+        tandem_data::batches(&order, batch).filter(|b| b.len() == batch).map(<[usize]>::to_vec).collect();
+    let all: Vec<Vec<usize>> = epoch.iter().cycle().take(2 + steps).cloned().collect();
     let mut run = |batches: &[Vec<usize>]| {
         let plan = EpochPlan {
             epoch: 0,
@@ -58,7 +73,7 @@ pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, ste
             first_step: 0,
             total_steps: all.len(),
             rng_seed: 1,
-            on_batch: &|_| {},
+            on_batch: after_step,
             interrupt: &|| false,
         };
         strategy.train_epoch(&plan).expect("training step")
