@@ -10,7 +10,8 @@
 //! most twice the 1-core rate at that half batch (the last columns of the first table). With
 //! `batch = "per-replica"` each replica trains on a whole batch, as PyTorch's DDP runs it; its
 //! ceiling is two sequential trainings in two processes at once, with no exchange at all, and
-//! its synchronous ceiling the same two trainings waiting for each other after every step.
+//! its synchronous ceiling the same two trainings waiting for each other after every step
+//! (measured, so a noisy run may exceed either).
 //!
 //! Environment: `TANDEM_BENCH_STEPS` (timed optimizer steps per cell, default 20),
 //! `TANDEM_BENCH_ARCHS` (e.g. `cnn,gru`). Every cell of an architecture runs one after the other
@@ -41,7 +42,7 @@ const PROCESS_RATE: &str = "process-rate";
 const LOCKSTEP_RATE: &str = "lockstep-rate";
 
 /// What the child job of 2 MPI processes measured for one architecture (`None` where this build
-/// has no MPI or the job failed, which is said).
+/// has no MPI or the job failed, as reported on standard error).
 #[derive(Default)]
 struct Processes {
     /// Samples/s and all-reduce share of data parallelism, under each of [`SEMANTICS`].
@@ -269,9 +270,9 @@ fn run_as_rank(archs: &[Architecture], data: &Encoded, steps: usize) -> bool {
     false
 }
 
-/// Sequential 1-core training of `arch` at the batch in every rank at once, the ranks waiting for
-/// each other after every step (an all-reduce of one number) and exchanging nothing else: the
-/// most that synchronous data parallelism can reach on this machine, whatever its exchange costs.
+/// Sequential 1-core training of `arch` at batch [`BATCH`] in every rank at once, the ranks waiting
+/// for each other after every step (an all-reduce of one number) and exchanging nothing else: the
+/// most that synchronous data parallelism can reach on this machine, even with a free exchange.
 /// Returns the ranks' summed samples/s.
 #[cfg(feature = "mpi")]
 fn lockstep(arch: Architecture, data: &Encoded, steps: usize, ranks: &dyn tandem_parallel::Ranks) -> f64 {

@@ -46,8 +46,8 @@ pub fn train(threads: usize) -> TrainConfig {
     TrainConfig { batch_size: BATCH, threads, ..Default::default() }
 }
 
-/// Samples/s over `steps` optimizer steps of `batch` samples, after 2 warm-up steps (the data
-/// repeats where it has fewer batches).
+/// Samples/s over `steps` optimizer steps of `batch` samples, after 2 warm-up steps: whole batches
+/// only, the data repeating where an epoch has fewer than 2 + `steps` of them.
 pub fn measure(strategy: &mut dyn Strategy<B>, data: &Encoded, batch: usize, steps: usize) -> (f64, TrainStats) {
     measure_with(strategy, data, batch, steps, &|_| {})
 }
@@ -64,6 +64,7 @@ pub fn measure_with(
     // Whole batches only, and as many passes over the data as `steps` needs.
     let epoch: Vec<Vec<usize>> =
         tandem_data::batches(&order, batch).filter(|b| b.len() == batch).map(<[usize]>::to_vec).collect();
+    assert!(!epoch.is_empty(), "{} training rows do not make one batch of {batch}", data.len());
     let all: Vec<Vec<usize>> = epoch.iter().cycle().take(2 + steps).cloned().collect();
     let mut run = |batches: &[Vec<usize>]| {
         let plan = EpochPlan {
