@@ -21,7 +21,7 @@
 mod common;
 
 #[cfg(feature = "mpi")]
-use common::measure_with;
+use common::sequential_with;
 use common::{data, measure, model, sequential, settings, train, BATCH, SEQ, VOCAB};
 use tandem_data::Encoded;
 use tandem_models::Architecture;
@@ -166,9 +166,7 @@ fn processes(arch: Architecture) -> Processes {
                             Some((numbers.next()??, numbers.next()??))
                         })
                     }),
-                    lockstep: text
-                        .lines()
-                        .find_map(|line| line.strip_prefix(LOCKSTEP_RATE).and_then(|rate| rate.trim().parse().ok())),
+                    lockstep: text.lines().find_map(|line| reported_rate(line, LOCKSTEP_RATE)),
                 };
             }
             Ok(out) => eprintln!("the 2-process job failed: {}", String::from_utf8_lossy(&out.stderr)),
@@ -177,6 +175,11 @@ fn processes(arch: Architecture) -> Processes {
     }
     let _ = arch;
     Processes::default()
+}
+
+/// The samples/s of a child's report line `<label> <samples/s>`, if `line` is one.
+fn reported_rate(line: &str, label: &str) -> Option<f64> {
+    line.strip_prefix(label)?.trim().parse().ok()
 }
 
 /// Two sequential 1-core trainings of `arch` at `batch`, in two processes at once with no exchange
@@ -210,10 +213,7 @@ fn two_processes_at_once(arch: Architecture, batch: usize) -> Option<f64> {
         }
         let mut total = 0.0;
         for output in outputs {
-            let rate = output
-                .lines()
-                .map_while(Result::ok)
-                .find_map(|line| line.strip_prefix(SEQUENTIAL_RATE).and_then(|rate| rate.trim().parse::<f64>().ok()));
+            let rate = output.lines().map_while(Result::ok).find_map(|line| reported_rate(&line, SEQUENTIAL_RATE));
             total += rate.ok_or("a sequential process reported no rate")?;
         }
         for mut child in children {
@@ -282,9 +282,7 @@ fn lockstep(arch: Architecture, data: &Encoded, steps: usize, ranks: &dyn tandem
     let wait_for_all = |_| {
         link.lock().expect("the link").all_reduce_sum(&mut [0.0], timeout).expect("waiting for the other ranks");
     };
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("thread pool");
-    let mut strategy = tandem_train::Sequential::new(model(arch), &train(1), Default::default());
-    let rate = pool.install(|| measure_with(&mut strategy, data, BATCH, steps, &wait_for_all).0);
+    let rate = sequential_with(arch, data, 1, BATCH, steps, &wait_for_all);
     let mut total = [rate as f32];
     link.into_inner().expect("the link").all_reduce_sum(&mut total, timeout).expect("summing the rates");
     f64::from(total[0])

@@ -87,8 +87,21 @@ pub fn measure_with(
 
 /// Sequential training of `arch` on `threads` cores: samples/s at `batch`.
 pub fn sequential(arch: Architecture, data: &Encoded, threads: usize, batch: usize, steps: usize) -> f64 {
+    sequential_with(arch, data, threads, batch, steps, &|_| {})
+}
+
+/// [`sequential`], calling `after_step` after every optimizer step.
+pub fn sequential_with(
+    arch: Architecture,
+    data: &Encoded,
+    threads: usize,
+    batch: usize,
+    steps: usize,
+    after_step: &(dyn Fn(usize) + Sync),
+) -> f64 {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
     pool.install(|| {
-        measure(&mut Sequential::new(model(arch), &train(threads), Default::default()), data, batch, steps).0
+        let mut strategy = Sequential::new(model(arch), &train(threads), Default::default());
+        measure_with(&mut strategy, data, batch, steps, after_step).0
     })
 }
