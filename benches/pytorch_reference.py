@@ -8,8 +8,9 @@ off, as in Tandem's benchmark. Needs a stock PyTorch (CUDA for GPU figures).
     python3 benches/pytorch_reference.py [--device cuda] [--batches 64,256] [--seconds 4]
 
 Prints one JSON line per architecture and batch size: samples/s over timed training steps
-(forward + backward + AdamW, timed after warm-up, synchronised), and with --launches the CUDA
-kernels one training step launches (PyTorch's profiler over three steps, averaged).
+(forward + backward + AdamW, timed after warm-up, synchronised; a step reads nothing back, as
+Tandem's does not), the float32 precision of its matmuls and cuDNN's kernels, and with --launches
+the CUDA kernels one training step launches (PyTorch's profiler over three steps, averaged).
 """
 
 import argparse
@@ -131,6 +132,12 @@ def measure(arch, size, device, seconds, launches):
     return result
 
 
+def precision():
+    """The float32 precision of PyTorch's matmuls and of cuDNN's convolutions and recurrences."""
+    tf32 = "TF32" if torch.backends.cudnn.allow_tf32 else "f32"
+    return f"matmul {torch.get_float32_matmul_precision()} (TF32 above 'highest'), cuDNN {tf32}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -144,7 +151,7 @@ def main():
     for arch in args.archs.split(","):
         for size in (int(b) for b in args.batches.split(",")):
             result = measure(arch, size, device, args.seconds, args.launches)
-            result.update(device=str(device), torch=torch.__version__)
+            result.update(device=str(device), torch=torch.__version__, precision=precision())
             print(json.dumps(result), flush=True)
 
 

@@ -7,7 +7,10 @@
 //!
 //! Every backend compiled in is measured; a GPU backend whose device 0 does not start is
 //! skipped with a message. GPU rows fill only the first thread-count column, and give the GPU
-//! kernels one training step launches (counted in the process, over the timed steps).
+//! kernels one training step launches (counted in the process, over the timed steps). The last
+//! line gives the host reads of device values per training step (the steps' losses and correct
+//! counts are kept on the device and read after them, as training reads them at its evaluation
+//! points).
 //!
 //! Stock is Burn's modules and Burn's AdamW; Tandem is Tandem's fused modules and its optimizer
 //! (one-pass AdamW on CPU backends). Machines here are noisy (±25 % from one minute to the next),
@@ -33,7 +36,7 @@ use tandem_experiment::backend::{compiled_backends, launches, with_backend, Back
 use tandem_models::{Architecture, InputSpec, ModelConfig};
 use tandem_testing::reference_model;
 use tandem_train::optim::{adamw_config, AnyOptimizer};
-use tandem_train::{gradients, EmbeddingUpdate, TrainConfig};
+use tandem_train::{host_reads, tested_gradients, EmbeddingUpdate, Tally, TrainConfig};
 
 const SEQ: usize = 64;
 const VOCAB: usize = 20_000;
@@ -46,6 +49,9 @@ struct Measured {
     optimizer_share: f64,
     /// GPU kernels launched per training step (none counted on a CPU backend).
     launches_per_step: f64,
+    /// Reads of device values the timed steps made (the steps' loss and correct counts are read
+    /// once, after them), per step.
+    reads_per_step: f64,
 }
 
 /// The optimizer of a variant.
@@ -98,8 +104,10 @@ fn measure<B: AutodiffBackend>(cell: Cell, device: &B::Device) -> Measured {
         labels: labels.clone(),
     };
     let optimizer_time = std::cell::Cell::new(Duration::ZERO);
+    let tally = std::cell::RefCell::new(Tally::default());
     let mut step = |model: tandem_models::Classifier<B>| {
-        let (_, grads) = gradients(&model, batch_of());
+        let (measured, grads) = tested_gradients(&model, batch_of());
+        tally.borrow_mut().add(measured, batch);
         let started = Instant::now();
         let model = match cell.optim {
             Optim::Burn => burn.step(1e-3, model, grads),
@@ -114,13 +122,16 @@ fn measure<B: AutodiffBackend>(cell: Cell, device: &B::Device) -> Measured {
     }
     B::sync(device).expect("the device finishes its queued work");
     optimizer_time.set(Duration::ZERO);
-    let launched = launches::count();
+    let (launched, read) = (launches::count(), host_reads());
     let started = Instant::now();
     let mut steps = 0;
     while steps < 3 || started.elapsed() < cell.budget {
         model = step(model);
         steps += 1;
     }
+    let reads_per_step = (host_reads() - read) as f64 / steps as f64;
+    // The steps' measures, read as training reads them: once, after its steps.
+    let _ = tally.take().read();
     // GPU backends queue work asynchronously: count it only once it has run.
     B::sync(device).expect("the device finishes its queued work");
     let elapsed = started.elapsed();
@@ -130,6 +141,7 @@ fn measure<B: AutodiffBackend>(cell: Cell, device: &B::Device) -> Measured {
         samples_per_second: (steps * batch) as f64 / elapsed.as_secs_f64(),
         optimizer_share: optimizer_time.get().as_secs_f64() / (elapsed.as_secs_f64() + 1e-12),
         launches_per_step,
+        reads_per_step,
     }
 }
 
@@ -231,7 +243,12 @@ fn main() {
             let last = text.lines().last().unwrap_or_default();
             let values: Vec<f64> = last.split_whitespace().filter_map(|v| v.parse().ok()).collect();
             assert_eq!(values.len(), 2, "the baseline child's last line is `{last}`");
-            Measured { samples_per_second: values[0], optimizer_share: values[1], launches_per_step: 0.0 }
+            Measured {
+                samples_per_second: values[0],
+                optimizer_share: values[1],
+                launches_per_step: 0.0,
+                reads_per_step: 0.0,
+            }
         };
 
     println!("training throughput, samples/s (sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
@@ -255,6 +272,7 @@ fn main() {
     let columns = if tandem_only { 1 } else { 7 };
     println!("|---|---|---:|{}", "---:|".repeat(columns * threads.len()));
     let round_budget = budget / rounds as u32;
+    let mut most_reads = 0f64;
     for arch in &archs {
         let (tandem, stock) = (reference_model(*arch), stock(*arch));
         for &backend in &backends {
@@ -289,6 +307,7 @@ fn main() {
                             measured[3].push(run(backend, threads, cell(&tandem, lazy)));
                         }
                     }
+                    most_reads = measured.iter().flatten().map(|m| m.reads_per_step).fold(most_reads, f64::max);
                     let cell_text = |runs: &[Measured]| {
                         let speed = median(runs.iter().map(|m| m.samples_per_second).collect());
                         match backend.is_cpu() {
@@ -329,6 +348,7 @@ fn main() {
             }
         }
     }
+    println!("\nhost reads per training step (the most of any cell and variant; the loss and correct counts are read after the steps): {most_reads}");
 }
 
 /// Starts a backend's device and does nothing else: [`with_backend`] fails if it does not start.
@@ -359,6 +379,7 @@ fn append_json(
         "variant": variant,
         "samples_per_second": median(runs.iter().map(|m| m.samples_per_second).collect()),
         "kernels_per_step": (!backend.is_cpu()).then(|| median(runs.iter().map(|m| m.launches_per_step).collect())),
+        "host_reads_per_step": runs.iter().map(|m| m.reads_per_step).fold(0.0, f64::max),
     });
     let mut file =
         std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap_or_else(|e| panic!("{path}: {e}"));

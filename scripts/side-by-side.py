@@ -44,6 +44,12 @@ def main():
             f"| {key[0]} | {key[1]} | {figure(ts)} | {figure(ps)} | {ratio} "
             f"| {figure(t.get('kernels_per_step'))} | {figure(p.get('kernels_per_step'))} |"
         )
+    precisions = sorted({r["precision"] for r in pytorch.values() if "precision" in r})
+    reads = sorted({r["host_reads_per_step"] for r in tandem.values() if "host_reads_per_step" in r})
+    print()
+    print("Tandem: f32 throughout (CubeCL's kernels; its matmul picks the instruction); host reads per step:")
+    print(f"{', '.join(f'{r:g}' for r in reads) or 'not recorded'}. PyTorch: {'; '.join(precisions) or 'not recorded'};")
+    print("no reads within a step. Both: warm-up excluded, timed between device syncs.")
 
 
 if __name__ == "__main__":

@@ -24,9 +24,13 @@ mod tests {
     use burn::tensor::backend::{AutodiffBackend, Backend};
     use burn::tensor::{Bool, Int, Tensor, TensorData};
     use tandem_experiment::backend::{compiled_backends, with_backend, BackendKind, BackendTask, DeviceSpec};
-    use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+    use tandem_models::{
+        Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig,
+    };
     use tandem_parallel::{DataParallel, DataParallelConfig, ModelParallel, ModelParallelConfig, Schedule};
-    use tandem_testing::{exact_train_config, initial_model, one_epoch, relative_difference, toy_data, toy_models};
+    use tandem_testing::{
+        exact_train_config, initial_model, one_epoch, reference_model, relative_difference, toy_data, toy_models,
+    };
     use tandem_train::{Sequential, Strategy};
 
     type Reference = Autodiff<NdArray>;
@@ -97,6 +101,7 @@ mod tests {
         Agreement,
         RecurrentShapes,
         TransformerShapes,
+        ReferenceShapes,
         Loss,
         Matmul,
         Training,
@@ -116,6 +121,7 @@ mod tests {
                 Check::Agreement => agrees_with_ndarray::<B>(name, device),
                 Check::RecurrentShapes => cases_agree_with_ndarray::<B>(name, device, recurrent_cases()),
                 Check::TransformerShapes => cases_agree_with_ndarray::<B>(name, device, transformer_cases()),
+                Check::ReferenceShapes => cases_agree_with_ndarray::<B>(name, device, reference_cases()),
                 Check::Loss => loss_agrees_with_ndarray::<B>(name, device),
                 Check::Matmul => matmul_agrees_with_ndarray::<B>(name, device),
                 Check::Training => training_agrees_with_ndarray::<B>(name, device),
@@ -134,20 +140,22 @@ mod tests {
 
     /// Sequences with 12, 7 and 1 real tokens.
     fn batch<B: Backend>(device: &B::Device) -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
-        batch_of::<B>(&[12, 7, 1], INPUT.max_len, device)
+        batch_of::<B>(&[12, 7, 1], INPUT.max_len, INPUT.vocab_size, device)
     }
 
-    /// One sequence of `seq` positions per length in `lengths`, padded after its real tokens.
+    /// One sequence of `seq` positions per length in `lengths`, padded after its real tokens, of
+    /// ids below `vocab` (many tokens at several positions).
     fn batch_of<B: Backend>(
         lengths: &[usize],
         seq: usize,
+        vocab: usize,
         device: &B::Device,
     ) -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>) {
         let mut ids = Vec::new();
         let mut pad = Vec::new();
         for (row, &len) in lengths.iter().enumerate() {
             for pos in 0..seq {
-                ids.push(if pos < len { ((row * 13 + pos * 7) % 58 + 2) as i64 } else { 0 });
+                ids.push(if pos < len { ((row * 13 + pos * 7) % (vocab - 2) + 2) as i64 } else { 0 });
                 pad.push(pos >= len);
             }
         }
@@ -246,30 +254,32 @@ mod tests {
         on_each_gpu_backend(Check::Agreement);
     }
 
-    /// One model at one shape: what it is, its configuration, the real tokens of each sample and
-    /// the positions of every sample.
+    /// One model at one shape: what it is, its configuration, the real tokens of each sample, the
+    /// positions of every sample and the vocabulary.
     struct Case {
         what: String,
         config: ModelConfig,
         lengths: Vec<usize>,
         seq: usize,
+        vocab: usize,
     }
 
     /// Logits and every gradient of each case agree with ndarray's as in [`agrees_with_ndarray`].
     fn cases_agree_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device, cases: Vec<Case>) {
         let tolerance = if name == "cuda" { 2e-3 } else { 1e-4 };
         let mut beyond = Vec::new();
-        for Case { what, config, lengths, seq } in cases {
-            let input = InputSpec { max_len: seq, ..INPUT };
+        for Case { what, config, lengths, seq, vocab } in cases {
+            let input = InputSpec { max_len: seq, vocab_size: vocab, ..INPUT };
             let reference_device = Default::default();
             let reference: Classifier<Reference> = config.init(&input, &reference_device);
             let model: Classifier<B> = config.init(&input, &device).with_parameters_of(&reference);
             let (expected_logits, expected_grads) = logits_and_gradients_on(
                 &reference,
-                batch_of::<Reference>(&lengths, seq, &reference_device),
+                batch_of::<Reference>(&lengths, seq, vocab, &reference_device),
                 &reference_device,
             );
-            let (logits, grads) = logits_and_gradients_on(&model, batch_of::<B>(&lengths, seq, &device), &device);
+            let (logits, grads) =
+                logits_and_gradients_on(&model, batch_of::<B>(&lengths, seq, vocab, &device), &device);
             let case =
                 format!("{name} {} {what}, batch {}, {seq} positions", config.architecture().name(), lengths.len());
             let mut worst = largest_relative_difference(&expected_logits, &logits);
@@ -311,7 +321,7 @@ mod tests {
             let what =
                 format!("hidden {hidden}, {layers} layer(s){}", if bidirectional { ", bidirectional" } else { "" });
             for config in [ModelConfig::Lstm(recurrent.clone()), ModelConfig::Gru(recurrent.clone())] {
-                cases.push(Case { what: what.clone(), config, lengths: lengths.clone(), seq });
+                cases.push(Case { what: what.clone(), config, lengths: lengths.clone(), seq, vocab: INPUT.vocab_size });
             }
         }
         cases
@@ -348,8 +358,40 @@ mod tests {
                 }),
                 lengths,
                 seq,
+                vocab: INPUT.vocab_size,
             })
             .collect()
+    }
+
+    /// Every architecture at the shape that trains: the reference model (vocabulary 20,000,
+    /// embedding 128; hidden 128; Transformer d_model 128, 4 heads, d_ff 256) on a batch of 64 × 64
+    /// positions, with padding and tokens at many positions; and the Transformer at 256 positions.
+    fn reference_cases() -> Vec<Case> {
+        let lengths: Vec<usize> = (0..64).map(|i| [64, 40, 17, 1][i % 4]).collect();
+        let mut cases: Vec<Case> = Architecture::ALL
+            .into_iter()
+            .map(|arch| Case {
+                what: "reference shape".into(),
+                config: reference_model(arch),
+                lengths: lengths.clone(),
+                seq: 64,
+                vocab: 20_000,
+            })
+            .collect();
+        cases.push(Case {
+            what: "reference shape".into(),
+            config: reference_model(Architecture::Transformer),
+            lengths: vec![256, 200, 31, 1],
+            seq: 256,
+            vocab: 20_000,
+        });
+        cases
+    }
+
+    #[test]
+    fn every_architecture_agrees_with_ndarray_at_the_reference_shape() {
+        let _serial = serial();
+        on_each_gpu_backend(Check::ReferenceShapes);
     }
 
     #[test]

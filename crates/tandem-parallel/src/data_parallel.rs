@@ -11,7 +11,7 @@ use tandem_results::{DataParallelFigures, StrategyFigures};
 use tandem_train::checkpoint::{load_model_bytes, model_bytes};
 use tandem_train::optim::AnyOptimizer;
 use tandem_train::{
-    tested_gradients, EpochPlan, StateError, StateParts, Strategy, TrainConfig, TrainError, TrainStats,
+    tested_gradients, EpochPlan, StateError, StateParts, Strategy, Tally, TrainConfig, TrainError, TrainStats,
 };
 
 use crate::collective::{self, AllReduceKind, GroupLock};
@@ -335,6 +335,7 @@ impl<B: AutodiffBackend> Replica<B> {
         gate: &Gate,
     ) -> Result<ReplicaEpoch, String> {
         let mut epoch = ReplicaEpoch::default();
+        let mut tally = Tally::default();
         for (i, indices) in plan.batches.iter().enumerate() {
             if stop.load(Ordering::SeqCst) {
                 return Err("stopped because another replica failed".into());
@@ -346,12 +347,11 @@ impl<B: AutodiffBackend> Replica<B> {
             tandem_models::dropout::begin_step(plan.rng_seed, self.shard, plan.first_step + i);
             let model = self.model.take().ok_or("this replica lost its parameters in an earlier failure")?;
             let shard = &indices[shard_ranges(indices.len(), shards)[self.shard].clone()];
-            let (loss, correct, local) = if shard.is_empty() {
-                (0.0, 0, None)
-            } else {
-                let (loss, correct, grads) = tested_gradients(&model, plan.data.batch::<B>(shard, &self.device));
-                (loss, correct, Some(grads))
-            };
+            let local = (!shard.is_empty()).then(|| {
+                let (measured, grads) = tested_gradients(&model, plan.data.batch::<B>(shard, &self.device));
+                tally.add(measured, shard.len());
+                grads
+            });
             let rows = if self.exchange.is_row_sparse() { touched_rows(plan.data, indices) } else { Vec::new() };
             let weight = shard.len() as f64 / indices.len() as f64;
             let (grads, comm) = match self.exchange.average(&model, local, weight, &rows, &self.device) {
@@ -362,13 +362,12 @@ impl<B: AutodiffBackend> Replica<B> {
                 }
             };
             self.model = Some(self.optimizer.update(train, model, grads, plan.first_step + i, plan.total_steps));
-            epoch.loss_sum += loss * shard.len() as f64;
             epoch.samples += shard.len();
-            epoch.correct += correct;
             epoch.step_seconds += started.elapsed().as_secs_f64();
             epoch.comm.add(&comm);
             reports.step(indices.len());
         }
+        (epoch.loss_sum, epoch.correct) = tally.read();
         Ok(epoch)
     }
 }

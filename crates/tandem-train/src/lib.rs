@@ -27,7 +27,9 @@ pub use checkpoint::{number_parameters, StateError, StateParts};
 pub use memory::keep_freed_memory;
 pub use optim::{AnyOptimizer, EmbeddingUpdate, LrSchedule, OptimizerKind};
 pub use sequential::Sequential;
-pub use step::{correct_predictions, evaluate, gradients, loss, tested_gradients};
+pub use step::{
+    correct_count, correct_predictions, evaluate, gradients, host_reads, loss, tested_gradients, Measured, Tally,
+};
 pub use tandem_results::metrics::{self, ClassMetrics, ClassificationMetrics, ConfusionMatrix};
 pub use tandem_results::{EpochRecord, Evaluation, StrategyFigures, StreamPoint};
 

@@ -5,7 +5,7 @@ use tandem_models::Classifier;
 
 use crate::checkpoint::{load_model_bytes, model_bytes};
 use crate::optim::AnyOptimizer;
-use crate::{tested_gradients, EpochPlan, Strategy, StrategyFigures, TrainConfig, TrainError, TrainStats};
+use crate::{tested_gradients, EpochPlan, Strategy, StrategyFigures, Tally, TrainConfig, TrainError, TrainStats};
 use crate::{StateError, StateParts};
 
 /// Trains one model on one device, one global batch per optimizer step.
@@ -35,23 +35,23 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
 
     fn train_epoch(&mut self, plan: &EpochPlan) -> Result<TrainStats, TrainError> {
         let mut model = self.model.take().expect("the model is always put back after a step");
-        let mut loss_sum = 0.0;
-        let (mut samples, mut correct, mut steps) = (0, 0, 0);
+        let mut tally = Tally::default();
+        let (mut samples, mut steps) = (0, 0);
         for (i, indices) in plan.batches.iter().enumerate() {
             if (plan.interrupt)() {
                 break;
             }
             tandem_models::dropout::begin_step(plan.rng_seed, 0, plan.first_step + i);
             let batch = plan.data.batch::<B>(indices, &self.device);
-            let (loss, right, grads) = tested_gradients(&model, batch);
-            correct += right;
+            let (measured, grads) = tested_gradients(&model, batch);
+            tally.add(measured, indices.len());
             model = self.optimizer.update(&self.config, model, grads, plan.first_step + i, plan.total_steps);
-            loss_sum += loss * indices.len() as f64;
             samples += indices.len();
             (plan.on_batch)(indices.len());
             steps += 1;
         }
         self.model = Some(model);
+        let (loss_sum, correct) = tally.read();
         Ok(TrainStats { loss_sum, samples, steps, tested: samples, correct, figures: StrategyFigures::Sequential })
     }
 

@@ -2,7 +2,9 @@
 
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Int, Tensor};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use burn::tensor::{Int, Tensor};
 use tandem_data::{Batch, Encoded};
 use tandem_models::Classifier;
 
@@ -15,26 +17,101 @@ pub fn loss<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tens
 }
 
 /// Forward + backward on one batch: the mean loss and the gradients of `model`'s parameters.
+/// Reads the loss back from the device (a convenience for tests and tools; training steps use
+/// [`tested_gradients`], which reads nothing).
 pub fn gradients<B: AutodiffBackend>(model: &Classifier<B>, batch: Batch<B>) -> (f64, GradientsParams) {
-    let (value, _, grads) = tested_gradients(model, batch);
-    (value, grads)
+    let (measured, grads) = tested_gradients(model, batch);
+    (read_scalar(measured.loss), grads)
 }
 
-/// [`gradients`], plus how many samples of the batch the forward pass classified correctly
-/// (test-then-train: the model is the one before the batch's update).
-pub fn tested_gradients<B: AutodiffBackend>(model: &Classifier<B>, batch: Batch<B>) -> (f64, usize, GradientsParams) {
+/// [`gradients`], with the batch's mean loss and how many of its samples the forward pass
+/// classified correctly (test-then-train: the model is the one before the batch's update) left on
+/// the device, for a [`Tally`]: the step never waits for the device.
+pub fn tested_gradients<B: AutodiffBackend>(
+    model: &Classifier<B>,
+    batch: Batch<B>,
+) -> (Measured<B::InnerBackend>, GradientsParams) {
     let logits = model.forward(batch.tokens, &batch.mask_pad);
-    let correct = correct_predictions(logits.clone(), batch.labels.clone());
+    let correct = correct_count(logits.clone().inner(), batch.labels.clone().inner());
     let loss = loss(logits, batch.labels);
-    let value = loss.clone().into_scalar().elem::<f64>();
+    let measured = Measured { loss: loss.clone().inner(), correct };
     let grads = GradientsParams::from_grads(loss.backward(), model);
-    (value, correct, grads)
+    (measured, grads)
+}
+
+/// What a training step's forward pass measured, still on the device: the batch's mean loss `[1]`
+/// and how many of its samples were classified correctly `[1]`.
+#[derive(Clone, Debug)]
+pub struct Measured<B: Backend> {
+    pub loss: Tensor<B, 1>,
+    pub correct: Tensor<B, 1, Int>,
+}
+
+/// The training steps' measures of an epoch (or of the stretch between evaluation points), kept
+/// on the device and read back in one go by [`Tally::read`], so that no step waits for the device
+/// to finish its forward pass. The loss sum is added up on the host in f64, step by step, exactly
+/// as reading each step's loss would.
+#[derive(Debug)]
+pub struct Tally<B: Backend> {
+    losses: Vec<(Tensor<B, 1>, usize)>,
+    correct: Vec<Tensor<B, 1, Int>>,
+}
+
+impl<B: Backend> Default for Tally<B> {
+    fn default() -> Self {
+        Self { losses: Vec::new(), correct: Vec::new() }
+    }
+}
+
+impl<B: Backend> Tally<B> {
+    /// Adds a step's measures over `samples` samples.
+    pub fn add(&mut self, measured: Measured<B>, samples: usize) {
+        self.losses.push((measured.loss, samples));
+        self.correct.push(measured.correct);
+    }
+
+    /// The loss summed over the samples (each step's mean loss times its samples) and the correct
+    /// count: two reads from the device, none when nothing was added.
+    pub fn read(self) -> (f64, usize) {
+        if self.losses.is_empty() {
+            return (0.0, 0);
+        }
+        let (losses, samples): (Vec<_>, Vec<_>) = self.losses.into_iter().unzip();
+        let losses = read_values::<f64, _>(Tensor::cat(losses, 0).into_data());
+        let loss_sum = losses.iter().zip(samples).map(|(loss, n)| loss * n as f64).sum();
+        let correct = read_values::<i64, _>(Tensor::cat(self.correct, 0).into_data());
+        (loss_sum, correct.iter().map(|&c| c as usize).sum())
+    }
+}
+
+/// Host reads of device values through this crate since the process started: the figure a
+/// benchmark divides by its steps (Burn's and CubeCL's own reads are not counted; a training step
+/// on the GPU backends makes none).
+pub fn host_reads() -> u64 {
+    HOST_READS.load(Ordering::Relaxed)
+}
+
+static HOST_READS: AtomicU64 = AtomicU64::new(0);
+
+/// One tensor's data, read (and counted) as values of `E`.
+fn read_values<E: burn::tensor::Element, D: Into<burn::tensor::TensorData>>(data: D) -> Vec<E> {
+    HOST_READS.fetch_add(1, Ordering::Relaxed);
+    data.into().convert::<E>().to_vec().expect("converted to its own type")
+}
+
+/// A one-value tensor's value, read (and counted).
+fn read_scalar<B: Backend>(tensor: Tensor<B, 1>) -> f64 {
+    read_values::<f64, _>(tensor.into_data())[0]
 }
 
 /// How many rows of `logits` have their largest value at their label.
 pub fn correct_predictions<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> usize {
-    let predicted = logits.argmax(1).squeeze_dim::<1>(1);
-    predicted.equal(labels).int().sum().into_scalar().elem::<i64>() as usize
+    read_values::<i64, _>(correct_count(logits, labels).into_data())[0] as usize
+}
+
+/// [`correct_predictions`] on the device, `[1]`.
+pub fn correct_count<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1, Int> {
+    logits.argmax(1).squeeze_dim::<1>(1).equal(labels).int().sum()
 }
 
 /// Evaluates `model` on every sample of `data` exactly once, in order.
@@ -50,8 +127,9 @@ pub fn evaluate<B: Backend>(
     for indices in tandem_data::batches(&order, batch_size.max(1)) {
         let batch = data.batch::<B>(indices, device);
         let logits = model.forward(batch.tokens, &batch.mask_pad);
-        let predicted: Vec<usize> = logits.clone().argmax(1).into_data().iter::<i64>().map(|p| p as usize).collect();
-        loss_sum += loss(logits, batch.labels).into_scalar().elem::<f64>() * indices.len() as f64;
+        let predicted: Vec<usize> =
+            read_values::<i64, _>(logits.clone().argmax(1).into_data()).iter().map(|&p| p as usize).collect();
+        loss_sum += read_scalar(loss(logits, batch.labels)) * indices.len() as f64;
         let truth: Vec<usize> = indices.iter().map(|&i| data.labels[i]).collect();
         confusion.add(&truth, &predicted);
     }

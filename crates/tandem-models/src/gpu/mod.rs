@@ -47,7 +47,7 @@ pub(crate) struct RecurrenceTape<T> {
 
 /// A backend with Tandem's GPU kernels: the recurrent time loop as one kernel forward and one
 /// backward, GELU, softmax, layer norm, dropout, the cross-entropy loss, the CNN's windows and the
-/// embedding lookup as one each way, attention's core as one forward and two backward, AdamW over all parameters and the squared norm of all gradients each in one launch
+/// embedding lookup as one each way (the lookup two backward), attention's core as one forward and two backward, AdamW over all parameters and the squared norm of all gradients each in one launch
 /// per group of tensors ([`groups`]).
 pub(crate) trait GpuKernels: Backend {
     /// One AdamW step of many parameters, each `[param, grad, moment 1, moment 2]` (f32, one
@@ -149,11 +149,13 @@ pub(crate) trait GpuKernels: Backend {
         padding: FloatTensor<Self>,
     ) -> FloatTensor<Self>;
 
-    /// From the lookup's output gradient: that gradient with padding positions zeroed and, where
-    /// `position_rows` is given, the position table's gradient of that many rows.
+    /// From the lookup's output gradient, its ids and padding mask: the token table's gradient of
+    /// `vocab` rows and, where `position_rows` is given, the position table's of that many rows.
     fn lookup_backward(
         grad: FloatTensor<Self>,
+        ids: IntTensor<Self>,
         padding: FloatTensor<Self>,
+        vocab: usize,
         position_rows: Option<usize>,
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>);
 }
@@ -274,10 +276,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels
 
     fn lookup_backward(
         grad: FloatTensor<Self>,
+        ids: IntTensor<Self>,
         padding: FloatTensor<Self>,
+        vocab: usize,
         position_rows: Option<usize>,
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
-        embedding::backward(grad, padding, position_rows)
+        embedding::backward(grad, ids, padding, vocab, position_rows)
     }
 }
 

@@ -129,7 +129,7 @@ impl<I: Backend> Backward<I, 1> for EmbeddingBackward {
 
 /// The rows of `tokens` (`[vocab, dim]`) named by `ids` (`[batch, seq]`), plus row `s` of
 /// `positions` at position `s` where given, zero where `mask_pad` is `true`: `[batch, seq, dim]`,
-/// one kernel forward and one backward (and the token table's indexed addition) where `B` is a GPU
+/// one kernel forward and two backward where `B` is a GPU
 /// backend compiled into this crate and the tables are f32; `None` elsewhere.
 pub(crate) fn embedded_on_gpu<B: Backend>(
     tokens: Tensor<B, 2>,
@@ -151,7 +151,7 @@ mod gpu {
     use burn::backend::Autodiff;
     use burn::tensor::backend::Backend;
     use burn::tensor::ops::{FloatTensor, IntTensor};
-    use burn::tensor::{Bool, IndexingUpdateOp, Int, Tensor, TensorPrimitive};
+    use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
 
     use crate::gpu::GpuKernels;
     use crate::kernels::dispatch::same_type;
@@ -221,19 +221,9 @@ mod gpu {
         type Kept = Kept<G>;
 
         fn input_gradients(self, kept: Kept<G>, grad: FloatTensor<G>) -> [FloatTensor<G>; N] {
-            let (masked, d_positions) = G::lookup_backward(grad, kept.padding, kept.position_rows);
-            let masked = Tensor::<G, 3>::from_primitive(TensorPrimitive::Float(masked));
-            let [batch, seq, dim] = masked.dims();
-            let ids = Tensor::<G, 2, Int>::from_primitive(kept.ids).reshape([batch * seq]);
-            // Where one token sits at many positions, the indexed addition sums its rows.
-            let d_tokens = Tensor::<G, 2>::zeros([kept.vocab, dim], &masked.device()).select_assign(
-                0,
-                ids,
-                masked.reshape([batch * seq, dim]),
-                IndexingUpdateOp::Add,
-            );
-            let gradients: Vec<_> =
-                [Some(d_tokens.into_primitive().tensor()), d_positions].into_iter().flatten().collect();
+            let (d_tokens, d_positions) =
+                G::lookup_backward(grad, kept.ids, kept.padding, kept.vocab, kept.position_rows);
+            let gradients: Vec<_> = [Some(d_tokens), d_positions].into_iter().flatten().collect();
             gradients.try_into().unwrap_or_else(|_| unreachable!("a gradient for each table"))
         }
     }

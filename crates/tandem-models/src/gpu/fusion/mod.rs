@@ -295,22 +295,26 @@ impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
 
     fn lookup_backward(
         grad: FloatTensor<Self>,
+        ids: IntTensor<Self>,
         padding: FloatTensor<Self>,
+        vocab: usize,
         position_rows: Option<usize>,
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
         let client = grad.client.clone();
         let dim = grad.shape().dims::<3>()[2];
         let out = |shape: Shape| TensorIr::uninit(client.create_empty_handle(), shape, grad.dtype);
-        let outputs: Vec<TensorIr> = [Some(grad.shape()), position_rows.map(|rows| Shape::new([rows, dim]))]
-            .into_iter()
-            .flatten()
-            .map(out)
-            .collect();
-        let streams = OperationStreams::with_inputs([&grad, &padding]);
-        let desc = CustomOpIr::new("tandem_lookup_backward", &[grad.into_ir(), padding.into_ir()], &outputs);
-        let operation = LookupBackward::<B> { desc: desc.clone(), position_rows, _backend: PhantomData };
+        let outputs: Vec<TensorIr> =
+            [Some(Shape::new([vocab, dim])), position_rows.map(|rows| Shape::new([rows, dim]))]
+                .into_iter()
+                .flatten()
+                .map(out)
+                .collect();
+        let streams = OperationStreams::with_inputs([&grad, &ids, &padding]);
+        let inputs = [grad.into_ir(), ids.into_ir(), padding.into_ir()];
+        let desc = CustomOpIr::new("tandem_lookup_backward", &inputs, &outputs);
+        let operation = LookupBackward::<B> { desc: desc.clone(), vocab, position_rows, _backend: PhantomData };
         let mut outputs = client.register(streams, OperationIr::Custom(desc), operation).into_iter();
-        (outputs.next().expect("the masked gradient"), outputs.next())
+        (outputs.next().expect("the token table's gradient"), outputs.next())
     }
 }
 

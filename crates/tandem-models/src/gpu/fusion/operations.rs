@@ -298,20 +298,23 @@ impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for LookupForwar
     }
 }
 
-/// The embedding lookup's backward kernel as a fusion operation: inputs `[grad, padding]`,
-/// outputs the masked gradient and, with positions, the position table's gradient.
+/// The embedding lookup's backward kernels as a fusion operation: inputs `[grad, ids, padding]`,
+/// outputs the token table's gradient and, with positions, the position table's.
 #[derive(Debug)]
 pub(super) struct LookupBackward<B> {
     pub(super) desc: CustomOpIr,
+    pub(super) vocab: usize,
     pub(super) position_rows: Option<usize>,
     pub(super) _backend: PhantomData<B>,
 }
 
 impl<B: FusionBackend + GpuKernels> Operation<B::FusionRuntime> for LookupBackward<B> {
     fn execute(&self, handles: &mut Handles<B>) {
-        let [grad, padding] = [0, 1].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
-        let (masked, d_positions) = B::lookup_backward(grad, padding, self.position_rows);
-        for (output, tensor) in self.desc.outputs.iter().zip([Some(masked), d_positions].into_iter().flatten()) {
+        let grad = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+        let ids = handles.get_int_tensor::<B>(&self.desc.inputs[1]);
+        let padding = handles.get_float_tensor::<B>(&self.desc.inputs[2]);
+        let (d_tokens, d_positions) = B::lookup_backward(grad, ids, padding, self.vocab, self.position_rows);
+        for (output, tensor) in self.desc.outputs.iter().zip([Some(d_tokens), d_positions].into_iter().flatten()) {
             handles.register_float_tensor::<B>(&output.id, tensor);
         }
     }
