@@ -77,8 +77,8 @@ fn sort_kernel<I: Int>(
     let places = places as usize;
     let unit = UNIT_POS_X as usize;
     let mut staged = SharedMemory::<u32>::new(TILE as usize);
-    // Past the last position a unit's key sorts after every real one and is never written.
-    let mut mine = u32::MAX;
+    // Past the last position a unit neither writes nor is compared with: any key will do.
+    let mut mine = vocab;
     if place < places {
         mine = sort_key(ids, padding, place, vocab);
     }
@@ -86,13 +86,16 @@ fn sort_kernel<I: Int>(
     let mut start = 0usize;
     while start < places {
         let other = start + unit;
-        let mut key = u32::MAX;
+        let mut key = vocab;
         if other < places {
             key = sort_key(ids, padding, other, vocab);
         }
         staged[unit] = key;
         sync_cube();
-        let end = Min::min(TILE as usize, places - start);
+        let mut end = places - start;
+        if end > TILE as usize {
+            end = TILE as usize;
+        }
         for t in 0..end {
             let theirs = staged[t];
             if theirs < mine || (theirs == mine && start + t < place) {
@@ -103,7 +106,7 @@ fn sort_kernel<I: Int>(
         start += TILE as usize;
     }
     if place < places {
-        order[rank] = place as u32;
+        order[rank] = u32::cast_from(place);
         keys[rank] = mine;
     }
 }
@@ -143,7 +146,7 @@ fn token_gradient(
     places: usize,
     dim: usize,
 ) {
-    let (token, column) = ((i / dim) as u32, i % dim);
+    let (token, column) = (u32::cast_from(i / dim), i % dim);
     // The first sorted place whose key is not below `token`.
     let mut low = 0usize;
     let mut high = places;
