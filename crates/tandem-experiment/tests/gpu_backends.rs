@@ -192,7 +192,7 @@ mod tests {
     ) -> (Vec<f32>, Vec<Vec<f32>>) {
         let rows = tokens.dims()[0];
         // Every backend draws the same dropout masks from the same stream.
-        tandem_models::dropout::begin_step(7, 0, 0);
+        tandem_ops::dropout::begin_step(7, 0, 0);
         let logits = model.forward(tokens, &mask);
         let weights: Vec<f32> = (0..rows * 4).map(|i| (i as f32 * 0.37).sin()).collect();
         let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, [rows, 4]), device);
@@ -216,7 +216,7 @@ mod tests {
     /// on both.
     fn agrees_with_ndarray<B: AutodiffBackend>(name: &str, device: B::Device) {
         assert!(
-            tandem_models::FastPath::Recurrence.active_on::<B>(),
+            tandem_ops::FastPath::Recurrence.active_on::<B>(),
             "{name}: the recurrent layers fall back to ordinary operations (is tandem-models' `{name}` feature on?)"
         );
         let reference_device = Default::default();

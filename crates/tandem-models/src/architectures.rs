@@ -80,7 +80,7 @@ impl ModelConfig {
     }
 
     /// Whether some dropout of the model draws from the backend's generator rather than the
-    /// worker's stream ([`crate::dropout`]): Burn's own encoder layers, with dropout.
+    /// worker's stream ([`tandem_ops::dropout`]): Burn's own encoder layers, with dropout.
     pub fn draws_backend_dropout(&self) -> bool {
         matches!(self, Self::Transformer(c) if !c.fused && c.dropout > 0.0)
     }

@@ -10,9 +10,7 @@ use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
-use crate::ops::embedding::{embedded_on_gpu, masked_embedding};
-use crate::ops::fused;
-use crate::ops::rows::dropout;
+use tandem_ops::fused::{self, dropout, embedded_on_gpu, masked_embedding};
 
 /// What flows from one block (or stage) to the next.
 #[derive(Clone, Debug)]

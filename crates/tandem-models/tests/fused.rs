@@ -7,7 +7,8 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use tandem_models::{Classifier, CnnConfig, FastPath, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_models::{Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
+use tandem_ops::{FastPath, Which};
 
 const INPUT: InputSpec = InputSpec { vocab_size: 50, max_len: 12, num_classes: 4 };
 
@@ -130,7 +131,7 @@ fn fused_matches_stock<B: AutodiffBackend>(one_node: bool) {
     assert_eq!(FastPath::Recurrence.active_on::<B>(), one_node, "{}", std::any::type_name::<B>());
     assert_eq!(FastPath::ConvMax.active_on::<B>(), one_node, "{}", std::any::type_name::<B>());
     assert_eq!(FastPath::Softmax.active_on::<B>(), one_node, "{}", std::any::type_name::<B>());
-    let flex = std::any::TypeId::of::<B>() == std::any::TypeId::of::<Autodiff<Flex>>();
+    let flex = Which::of::<B>() == Which::AutodiffFlex;
     assert_eq!(FastPath::Gelu.active_on::<B>(), flex, "{}: GELU's own node is Flex's only", std::any::type_name::<B>());
     let device = Default::default();
     // Seeded: the comparison runs on the same parameters every time.
@@ -190,7 +191,7 @@ fn the_fused_encoder_layer_draws_its_dropouts_from_the_workers_stream() {
         // The backend's generator is reseeded differently each time: the masks do not come from it.
         let logits = |step: usize, backend_seed: u64| {
             B::seed(&device, backend_seed);
-            tandem_models::dropout::begin_step(11, 0, step);
+            tandem_ops::dropout::begin_step(11, 0, step);
             let (tokens, mask) = batch::<B>();
             fused.forward(tokens, &mask).into_data().convert::<f32>().iter::<f32>().collect::<Vec<_>>()
         };

@@ -344,7 +344,7 @@ impl<B: AutodiffBackend> Replica<B> {
                 break;
             }
             let started = Instant::now();
-            tandem_models::dropout::begin_step(plan.rng_seed, self.shard, plan.first_step + i);
+            tandem_ops::dropout::begin_step(plan.rng_seed, self.shard, plan.first_step + i);
             let model = self.model.take().ok_or("this replica lost its parameters in an earlier failure")?;
             let shard = &indices[shard_ranges(indices.len(), shards)[self.shard].clone()];
             let local = (!shard.is_empty()).then(|| {

@@ -9,8 +9,8 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use tandem_data::Encoded;
-use tandem_models::on_cpu;
 use tandem_models::Classifier;
+use tandem_ops::on_cpu;
 
 use crate::collective::{self, AllReduceKind};
 use crate::ranks::CrossRank;

@@ -172,7 +172,7 @@ pub struct EpochPlan<'a> {
     /// Optimizer steps of the whole run.
     pub total_steps: usize,
     /// The run's seed of dropout masks: each worker (replica, device) draws those of step `s`
-    /// from the stream [`tandem_models::dropout::begin_step`]`(rng_seed, worker, s)`.
+    /// from the stream [`tandem_ops::dropout::begin_step`]`(rng_seed, worker, s)`.
     pub rng_seed: u64,
     /// Called after each global batch with the number of samples it held.
     pub on_batch: &'a (dyn Fn(usize) + Sync),

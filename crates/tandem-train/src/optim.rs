@@ -17,7 +17,7 @@ use tandem_simd::Kernel;
 use crate::TrainConfig;
 
 mod gpu;
-mod squared_sum;
+
 mod state;
 
 /// Which optimizer to use.
@@ -198,7 +198,7 @@ impl<B: AutodiffBackend> AnyOptimizer<Classifier<B>, B> {
 
 /// Burn's AdamW (the same state, so the same records), whose step runs as **one pass** over the
 /// values on the CPU backends (Flex, ndarray; f32) and on the GPU backends as **one kernel** for
-/// all parameters (`tandem_models::adamw_steps`, through `AnyOptimizer`; one per parameter when
+/// all parameters (`tandem_ops::adamw_steps`, through `AnyOptimizer`; one per parameter when
 /// Burn's adaptor steps it alone). Burn runs it as about fifteen tensor operations, each
 /// a pass over the whole parameter that allocates its result: over a 2.56M-value embedding table
 /// that was a third of a CNN training step on Flex, and on a GPU fifteen kernel launches per
@@ -227,7 +227,7 @@ impl HostAdamW {
 
     /// Whether the step runs as one pass on `B` (for f32 values; otherwise Burn's step runs).
     pub fn one_pass_on<B: Backend>() -> bool {
-        tandem_models::on_cpu::<B>()
+        tandem_ops::on_cpu::<B>()
     }
 
     /// Burn's weight-decay factor `1 − lr · decay` (computed in f64, used as f32), `None` without
@@ -425,7 +425,7 @@ struct SquaredNorm<'a> {
 impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
-            self.total += squared_sum::squared_sum_without_copy(&g)
+            self.total += tandem_ops::squared_sum_without_copy(&g)
                 .unwrap_or_else(|| g.square().sum().into_scalar().elem::<f64>());
         }
     }

@@ -41,7 +41,7 @@ impl<B: AutodiffBackend> Strategy<B> for Sequential<B> {
             if (plan.interrupt)() {
                 break;
             }
-            tandem_models::dropout::begin_step(plan.rng_seed, 0, plan.first_step + i);
+            tandem_ops::dropout::begin_step(plan.rng_seed, 0, plan.first_step + i);
             let batch = plan.data.batch::<B>(indices, &self.device);
             let (measured, grads) = tested_gradients(&model, batch);
             tally.add(measured, indices.len());

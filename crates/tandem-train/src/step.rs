@@ -13,7 +13,7 @@ use crate::Evaluation;
 
 /// Mean cross-entropy loss of a batch (one kernel each way on the GPU backends).
 pub fn loss<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-    tandem_models::cross_entropy(logits, labels)
+    tandem_ops::cross_entropy(logits, labels)
 }
 
 /// Forward + backward on one batch: the mean loss and the gradients of `model`'s parameters.

@@ -23,7 +23,7 @@ fn an_epoch_reads_the_device_after_its_steps_and_never_within_them() {
         let mut loss_sum = 0.0;
         for (i, batch) in batches.iter().enumerate() {
             // The step's dropout masks, as the strategy draws them.
-            tandem_models::dropout::begin_step(0, 0, i);
+            tandem_ops::dropout::begin_step(0, 0, i);
             let (loss, _) = gradients(&strategy.model(), train.batch::<B>(batch, &Default::default()));
             loss_sum += loss * batch.len() as f64;
             let mut plan = epoch_plan(vec![batch.clone()], &train, batches.len());

@@ -96,7 +96,7 @@ impl<B: AutodiffBackend> DeviceWork<'_, B> {
             if !shared.gate.may_begin(self.device - shared.placement.local.start, number) {
                 break;
             }
-            tandem_models::dropout::begin_step(plan.rng_seed, self.device, plan.first_step + number);
+            tandem_ops::dropout::begin_step(plan.rng_seed, self.device, plan.first_step + number);
             let plan_of_step = match self.policy.as_mut() {
                 None => StepPlan::Train { replayed: Vec::new() },
                 Some(policy) => {

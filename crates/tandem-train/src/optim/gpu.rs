@@ -1,7 +1,7 @@
 //! AdamW on the GPU backends: every parameter's step in one launch per group of parameters
-//! (`tandem_models::adamw_steps`), which also applies global-norm clipping from the squared norm
+//! (`tandem_ops::adamw_steps`), which also applies global-norm clipping from the squared norm
 //! of all gradients, computed on the device in one launch per group of gradients
-//! (`tandem_models::squared_sum`): a step never waits for the device (reading each gradient's
+//! (`tandem_ops::squared_sum`): a step never waits for the device (reading each gradient's
 //! norm back, as the CPU backends do, would wait once per parameter).
 
 use std::any::Any;
@@ -15,7 +15,7 @@ use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams, Optimizer}
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
-use tandem_models::Floats;
+use tandem_ops::Floats;
 
 use super::HostAdamW;
 
@@ -34,7 +34,7 @@ thread_local! {
 
 /// Whether AdamW runs as GPU kernels on `B` (an inner backend).
 pub(super) fn kernel_on<B: Backend>() -> bool {
-    tandem_models::adamw_kernel_on::<B>()
+    tandem_ops::adamw_kernel_on::<B>()
 }
 
 /// Runs `step` with every gradient of its AdamW steps on this thread clipped to `max_norm` (∞:
@@ -75,7 +75,7 @@ pub(super) fn squared_norm_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(
 ) -> Tensor<B::InnerBackend, 1> {
     let mut gradients = Gradients::<B::InnerBackend> { grads, all: Vec::new() };
     module.visit(&mut gradients);
-    tandem_models::squared_sum(gradients.all).unwrap_or_else(|| {
+    tandem_ops::squared_sum(gradients.all).unwrap_or_else(|| {
         let mut squares = SquaredSum::<B::InnerBackend> { grads, total: None };
         module.visit(&mut squares);
         squares.total.unwrap_or_else(|| zero(module))
@@ -116,8 +116,8 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredSum<'_, B::InnerBackend> {
 
 impl HostAdamW {
     /// The scalars of step `time` (from 1) at learning rate `lr`, clipping at `clip_norm`.
-    fn scalars(&self, lr: f64, time: usize, clip_norm: f32) -> tandem_models::AdamWScalars {
-        tandem_models::AdamWScalars {
+    fn scalars(&self, lr: f64, time: usize, clip_norm: f32) -> tandem_ops::AdamWScalars {
+        tandem_ops::AdamWScalars {
             beta_1: self.beta_1,
             beta_2: self.beta_2,
             epsilon: self.epsilon,
@@ -144,7 +144,7 @@ impl HostAdamW {
             None => (tensor.zeros_like(), tensor.zeros_like(), 1),
         };
         let scalars = self.scalars(lr, time, clip_norm);
-        let [values, moment_1, moment_2] = tandem_models::adamw_step(&scalars, [tensor, grad, m, v], squared_norm)
+        let [values, moment_1, moment_2] = tandem_ops::adamw_step(&scalars, [tensor, grad, m, v], squared_norm)
             .expect("the caller checked the backend and the dtypes");
         let momentum = AdaptiveMomentumState { time, moment_1, moment_2, max_moment_2: None };
         (values, Some(AdamWState::new(momentum)))
@@ -173,7 +173,7 @@ pub(super) fn step_all<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut results = HashMap::new();
     for (time, Group { ids, tensors }) in std::mem::take(&mut steps.by_time) {
         let scalars = adamw.scalars(lr, time, max_norm as f32);
-        let stepped = tandem_models::adamw_steps(&scalars, tensors, squared_norm.clone())
+        let stepped = tandem_ops::adamw_steps(&scalars, tensors, squared_norm.clone())
             .expect("the caller checked the backend, the visitor the dtypes");
         results.extend(ids.into_iter().zip(stepped.into_iter().map(|three| (time, three))));
     }
