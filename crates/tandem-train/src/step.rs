@@ -1,10 +1,10 @@
 //! The pieces of a training step every strategy shares: gradients of a batch, and evaluation.
 
-use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use burn::tensor::{Int, Tensor};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Element, Int, Tensor, TensorData};
 use tandem_data::{Batch, Encoded};
 use tandem_models::Classifier;
 
@@ -77,9 +77,9 @@ impl<B: Backend> Tally<B> {
             return (0.0, 0);
         }
         let (losses, samples): (Vec<_>, Vec<_>) = self.losses.into_iter().unzip();
-        let losses = read_values::<f64, _>(Tensor::cat(losses, 0).into_data());
+        let losses = read_values::<f64>(Tensor::cat(losses, 0).into_data());
         let loss_sum = losses.iter().zip(samples).map(|(loss, n)| loss * n as f64).sum();
-        let correct = read_values::<i64, _>(Tensor::cat(self.correct, 0).into_data());
+        let correct = read_values::<i64>(Tensor::cat(self.correct, 0).into_data());
         (loss_sum, correct.iter().map(|&c| c as usize).sum())
     }
 }
@@ -93,20 +93,20 @@ pub fn host_reads() -> u64 {
 
 static HOST_READS: AtomicU64 = AtomicU64::new(0);
 
-/// One tensor's data, read (and counted) as values of `E`.
-fn read_values<E: burn::tensor::Element, D: Into<burn::tensor::TensorData>>(data: D) -> Vec<E> {
+/// A tensor's data, read from the device (and counted), as values of `E`.
+fn read_values<E: Element>(data: TensorData) -> Vec<E> {
     HOST_READS.fetch_add(1, Ordering::Relaxed);
-    data.into().convert::<E>().to_vec().expect("converted to its own type")
+    data.convert::<E>().to_vec().expect("converted to its own type")
 }
 
 /// A one-value tensor's value, read (and counted).
 fn read_scalar<B: Backend>(tensor: Tensor<B, 1>) -> f64 {
-    read_values::<f64, _>(tensor.into_data())[0]
+    read_values::<f64>(tensor.into_data())[0]
 }
 
 /// How many rows of `logits` have their largest value at their label.
 pub fn correct_predictions<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> usize {
-    read_values::<i64, _>(correct_count(logits, labels).into_data())[0] as usize
+    read_values::<i64>(correct_count(logits, labels).into_data())[0] as usize
 }
 
 /// [`correct_predictions`] on the device, `[1]`.
@@ -128,7 +128,7 @@ pub fn evaluate<B: Backend>(
         let batch = data.batch::<B>(indices, device);
         let logits = model.forward(batch.tokens, &batch.mask_pad);
         let predicted: Vec<usize> =
-            read_values::<i64, _>(logits.clone().argmax(1).into_data()).iter().map(|&p| p as usize).collect();
+            read_values::<i64>(logits.clone().argmax(1).into_data()).iter().map(|&p| p as usize).collect();
         loss_sum += read_scalar(loss(logits, batch.labels)) * indices.len() as f64;
         let truth: Vec<usize> = indices.iter().map(|&i| data.labels[i]).collect();
         confusion.add(&truth, &predicted);
