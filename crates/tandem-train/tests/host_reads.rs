@@ -1,5 +1,5 @@
 //! A training epoch never waits for the device within its steps: the steps' losses and correct
-//! counts stay on the device and are read once, after the last step, with the figures they would
+//! counts stay on the device and are read in one go, after the last step, with the figures they would
 //! have given read step by step. (Its own test binary: the read counter is process-wide.)
 
 use std::sync::Mutex;
@@ -48,7 +48,7 @@ fn an_epoch_reads_the_device_after_its_steps_and_never_within_them() {
     let seen = seen.into_inner().unwrap();
     assert_eq!(seen.len(), steps);
     assert!(seen.iter().all(|&r| r == before), "reads within the steps: {seen:?} from {before}");
-    assert_eq!(after - before, 2, "the epoch's loss and correct counts, read once each");
+    assert_eq!(after - before, 1, "the epoch's losses and correct counts, read in one transaction");
     assert_eq!(stats.tested, train.len());
     assert!(stats.correct <= stats.tested);
     assert!(
