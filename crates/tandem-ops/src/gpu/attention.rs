@@ -3,13 +3,14 @@
 //! dozen operations each way (two batched matmuls, a scale, dropout's mask and product, the mask's
 //! expansion and fill, softmax, and the copies of the heads' split and merge).
 //!
-//! One unit (thread) per query row of one head of one sample. The kernels read the queries, keys
-//! and values as one projection leaves them, side by side, `[batch · seq, 3 · heads · d_k]`, and
-//! write the context as `[batch · seq, heads · d_k]`, so the heads are never split or merged by a
-//! copy, and the three projections are one matmul each way. The computation is Burn's
-//! `MultiHeadAttention` in its order: `q · kᵀ / √d_k`, dropout ([`dropout_factor`], the mask the
-//! host would draw for the scores' `[batch, heads, seq, seq]`), padded keys set to `min_float`,
-//! softmax, times the values.
+//! A row of one head's scores (a query, or in the key-side backward a key) to [`LANES`] lanes
+//! ([`super::lanes`]), the row kept in the cube's shared memory between its passes. The kernels
+//! read the queries, keys and values as one projection leaves them, side by side,
+//! `[batch · seq, 3 · heads · d_k]`, and write the context as `[batch · seq, heads · d_k]`, so
+//! the heads are never split or merged by a copy, and the three projections are one matmul each
+//! way. The computation is Burn's `MultiHeadAttention` in its order: `q · kᵀ / √d_k`, dropout
+//! ([`dropout_factor`], the mask the host would draw for the scores' `[batch, heads, seq, seq]`),
+//! padded keys set to `min_float`, softmax, times the values.
 
 use burn::tensor::{Shape, TensorMetadata};
 use burn_cubecl::kernel::into_contiguous;
@@ -17,8 +18,9 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::rows::{dropout_factor, softmax_in_place};
-use super::{empty_like, one_unit_each};
+use super::empty_like;
+use super::lanes::{row_and_lane, row_cubes, row_max, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
+use super::rows::dropout_factor;
 use crate::dropout::Draw;
 
 /// What attention's kernels need besides tensors.
@@ -43,11 +45,11 @@ pub(crate) struct AttentionTape<T> {
     pub weights: T,
 }
 
-/// A unit's place: `(sample, head, position)` of `unit = (sample · heads + head) · seq + position`.
+/// A row's place: `(sample, head, position)` of `row = (sample · heads + head) · seq + position`.
 #[cube]
-fn place(unit: u32, seq: u32, heads: u32) -> (u32, u32, u32) {
-    let head_of_sample = unit / seq;
-    (head_of_sample / heads, head_of_sample % heads, unit % seq)
+fn place(row: u32, seq: u32, heads: u32) -> (u32, u32, u32) {
+    let head_of_sample = row / seq;
+    (head_of_sample / heads, head_of_sample % heads, row % seq)
 }
 
 /// Where `head`'s part of position `position` of `sample` starts in a `[batch · seq, heads · d_k]`
@@ -73,13 +75,51 @@ fn dot(a: &Tensor<f32>, a_start: usize, b: &Tensor<f32>, b_start: usize, length:
     sum
 }
 
+/// How many keys (`seq`) and columns (`d_k`) the row works on: none past the last row.
+#[cube]
+fn extent(row: usize, rows: u32, seq: u32, d_k: u32) -> (usize, usize) {
+    let live = row < rows as usize;
+    (select(live, seq as usize, 0usize), select(live, d_k as usize, 0usize))
+}
+
+/// For each column `c` of this unit's lane: `Σ_k scores[k] · projected[from + k · stride + c]`
+/// over the `keys` scores of the unit's row in the cube's shared memory, written to `out` at
+/// `out_start + c`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn weighted_sum(
+    scores: &SharedMemory<f32>,
+    keys: usize,
+    projected: &Tensor<f32>,
+    from: usize,
+    stride: usize,
+    out: &mut Tensor<f32>,
+    out_start: usize,
+    columns: usize,
+) {
+    let own = UNIT_POS_Y as usize * keys;
+    let mut c = UNIT_POS_X as usize;
+    while c < columns {
+        let mut total = 0.0f32;
+        for k in 0..keys {
+            total += scores[own + k] * projected[from + k * stride + c];
+        }
+        out[out_start + c] = total;
+        c += LANES as usize;
+    }
+}
+
+/// A row of one head's scores to [`LANES`] lanes: lane `l` scores keys `l, l + 32, …` into the
+/// cube's shared memory (`scores` values: the cube's rows side by side), the lanes find the row's
+/// maximum and sum as a tree, then each lane sums the values weighted by the whole row for its
+/// columns of the context.
 #[cube(launch)]
 fn forward_kernel(
     projected: &Tensor<f32>,
     padding: &Tensor<f32>,
     weights: &mut Tensor<f32>,
     context: &mut Tensor<f32>,
-    units: u32,
+    rows: u32,
     seq: u32,
     heads: u32,
     d_k: u32,
@@ -89,36 +129,54 @@ fn forward_kernel(
     key_1: u32,
     threshold: u32,
     scale: f32,
+    #[comptime] scores: usize,
 ) {
-    let unit = ABSOLUTE_POS as u32;
-    if unit < units {
-        let (sample, head, position) = place(unit, seq, heads);
-        let query = projected_row(sample, head, position, 0, seq, heads, d_k);
-        let start = (unit * seq) as usize;
-        for j in 0..seq {
-            let key = projected_row(sample, head, j, 1, seq, heads, d_k);
-            let score = dot(projected, query, projected, key, d_k) / sqrt_d_k;
-            let index = unit * seq + j;
-            let mut score = score * dropout_factor(index, key_0, key_1, threshold, scale);
-            if padding[(sample * seq + j) as usize] > 0.5 {
-                score = min_float;
-            }
-            weights[start + j as usize] = score;
+    let mut tree_space = SharedMemory::<f32>::new(CUBE_UNITS as usize);
+    let mut row_scores = SharedMemory::<f32>::new(scores);
+    let (row, lane) = row_and_lane();
+    let (sample, head, position) = place(row as u32, seq, heads);
+    let (keys, columns) = extent(row, rows, seq, d_k);
+    let (own, start, lanes) = (UNIT_POS_Y as usize * seq as usize, row * seq as usize, LANES as usize);
+    let stride = (3 * heads * d_k) as usize;
+    let query = projected_row(sample, head, position, 0, seq, heads, d_k);
+    let mut max = f32::new(f32::MIN);
+    let mut j = lane;
+    while j < keys {
+        let key = projected_row(sample, head, j as u32, 1, seq, heads, d_k);
+        let score = dot(projected, query, projected, key, d_k) / sqrt_d_k;
+        let mut score = score * dropout_factor((start + j) as u32, key_0, key_1, threshold, scale);
+        if padding[sample as usize * seq as usize + j] > 0.5 {
+            score = min_float;
         }
-        softmax_in_place(weights, start, seq as usize);
-        for c in 0..d_k as usize {
-            let mut total = 0.0f32;
-            for j in 0..seq {
-                total +=
-                    weights[start + j as usize] * projected[projected_row(sample, head, j, 2, seq, heads, d_k) + c];
-            }
-            context[head_row(sample, head, position, seq, heads, d_k) + c] = total;
-        }
+        row_scores[own + j] = score;
+        max = f32::max(max, score);
+        j += lanes;
     }
+    let max = row_max(&mut tree_space, max);
+    let mut sum = 0.0f32;
+    j = lane;
+    while j < keys {
+        let e = (row_scores[own + j] - max).exp();
+        row_scores[own + j] = e;
+        sum += e;
+        j += lanes;
+    }
+    let sum = row_sum(&mut tree_space, sum);
+    j = lane;
+    while j < keys {
+        let weight = row_scores[own + j] / sum;
+        row_scores[own + j] = weight;
+        weights[start + j] = weight;
+        j += lanes;
+    }
+    sync_cube();
+    let values = projected_row(sample, head, 0, 2, seq, heads, d_k);
+    let out_start = head_row(sample, head, position, seq, heads, d_k);
+    weighted_sum(&row_scores, keys, projected, values, stride, context, out_start, columns);
 }
 
-/// Per query row: the scores' gradient (through softmax, mask, dropout and scale) into `d_scores`,
-/// and the query's gradient.
+/// Per query row, laid out as forward: the scores' gradient (through softmax, mask, dropout and
+/// scale) into `d_scores` and the cube's shared memory, then the query's gradient.
 #[cube(launch)]
 fn query_gradient_kernel(
     projected: &Tensor<f32>,
@@ -127,7 +185,7 @@ fn query_gradient_kernel(
     grad: &Tensor<f32>,
     d_scores: &mut Tensor<f32>,
     d_projected: &mut Tensor<f32>,
-    units: u32,
+    rows: u32,
     seq: u32,
     heads: u32,
     d_k: u32,
@@ -136,39 +194,45 @@ fn query_gradient_kernel(
     key_1: u32,
     threshold: u32,
     scale: f32,
+    #[comptime] scores: usize,
 ) {
-    let unit = ABSOLUTE_POS as u32;
-    if unit < units {
-        let (sample, head, position) = place(unit, seq, heads);
-        let own = head_row(sample, head, position, seq, heads, d_k);
-        let start = (unit * seq) as usize;
-        let mut weighted = 0.0f32;
-        for j in 0..seq {
-            let d_weight = dot(grad, own, projected, projected_row(sample, head, j, 2, seq, heads, d_k), d_k);
-            d_scores[start + j as usize] = d_weight;
-            weighted += d_weight * weights[start + j as usize];
-        }
-        for j in 0..seq {
-            let at = start + j as usize;
-            let mut d_score = 0.0f32;
-            if padding[(sample * seq + j) as usize] < 0.5 {
-                let factor = dropout_factor(unit * seq + j, key_0, key_1, threshold, scale);
-                d_score = weights[at] * (d_scores[at] - weighted) * factor / sqrt_d_k;
-            }
-            d_scores[at] = d_score;
-        }
-        for c in 0..d_k as usize {
-            let mut total = 0.0f32;
-            for j in 0..seq {
-                total +=
-                    d_scores[start + j as usize] * projected[projected_row(sample, head, j, 1, seq, heads, d_k) + c];
-            }
-            d_projected[projected_row(sample, head, position, 0, seq, heads, d_k) + c] = total;
-        }
+    let mut tree_space = SharedMemory::<f32>::new(CUBE_UNITS as usize);
+    let mut row_scores = SharedMemory::<f32>::new(scores);
+    let (row, lane) = row_and_lane();
+    let (sample, head, position) = place(row as u32, seq, heads);
+    let (keys, columns) = extent(row, rows, seq, d_k);
+    let (own, start, lanes) = (UNIT_POS_Y as usize * seq as usize, row * seq as usize, LANES as usize);
+    let stride = (3 * heads * d_k) as usize;
+    let own_grad = head_row(sample, head, position, seq, heads, d_k);
+    let mut weighted = 0.0f32;
+    let mut j = lane;
+    while j < keys {
+        let value = projected_row(sample, head, j as u32, 2, seq, heads, d_k);
+        let d_weight = dot(grad, own_grad, projected, value, d_k);
+        row_scores[own + j] = d_weight;
+        weighted += d_weight * weights[start + j];
+        j += lanes;
     }
+    let weighted = row_sum(&mut tree_space, weighted);
+    j = lane;
+    while j < keys {
+        let mut d_score = 0.0f32;
+        if padding[sample as usize * seq as usize + j] < 0.5 {
+            let factor = dropout_factor((start + j) as u32, key_0, key_1, threshold, scale);
+            d_score = weights[start + j] * (row_scores[own + j] - weighted) * factor / sqrt_d_k;
+        }
+        row_scores[own + j] = d_score;
+        d_scores[start + j] = d_score;
+        j += lanes;
+    }
+    sync_cube();
+    let keys_from = projected_row(sample, head, 0, 1, seq, heads, d_k);
+    let out_start = projected_row(sample, head, position, 0, seq, heads, d_k);
+    weighted_sum(&row_scores, keys, projected, keys_from, stride, d_projected, out_start, columns);
 }
 
-/// Per key row: the key's and the value's gradients, sums over the query rows.
+/// Per key row, its lanes over the columns: the key's and the value's gradients, sums over the
+/// query rows.
 #[cube(launch)]
 fn key_value_gradient_kernel(
     projected: &Tensor<f32>,
@@ -176,33 +240,55 @@ fn key_value_gradient_kernel(
     grad: &Tensor<f32>,
     d_scores: &Tensor<f32>,
     d_projected: &mut Tensor<f32>,
-    units: u32,
+    rows: u32,
     seq: u32,
     heads: u32,
     d_k: u32,
 ) {
-    let unit = ABSOLUTE_POS as u32;
-    if unit < units {
-        let (sample, head, position) = place(unit, seq, heads);
-        // Column `position` of this head's `[seq, seq]` scores.
-        let column = ((unit - position) * seq + position) as usize;
-        for c in 0..d_k as usize {
-            let mut key_total = 0.0f32;
-            let mut value_total = 0.0f32;
-            for i in 0..seq {
-                let at = column + (i * seq) as usize;
-                key_total += d_scores[at] * projected[projected_row(sample, head, i, 0, seq, heads, d_k) + c];
-                value_total += weights[at] * grad[head_row(sample, head, i, seq, heads, d_k) + c];
-            }
-            d_projected[projected_row(sample, head, position, 1, seq, heads, d_k) + c] = key_total;
-            d_projected[projected_row(sample, head, position, 2, seq, heads, d_k) + c] = value_total;
+    let (row, lane) = row_and_lane();
+    let (sample, head, position) = place(row as u32, seq, heads);
+    let (keys, columns) = extent(row, rows, seq, d_k);
+    // Column `position` of this head's `[seq, seq]` scores.
+    let column = (row - position as usize) * seq as usize + position as usize;
+    let mut c = lane;
+    while c < columns {
+        let mut key_total = 0.0f32;
+        let mut value_total = 0.0f32;
+        for i in 0..keys {
+            let at = column + i * seq as usize;
+            key_total += d_scores[at] * projected[projected_row(sample, head, i as u32, 0, seq, heads, d_k) + c];
+            value_total += weights[at] * grad[head_row(sample, head, i as u32, seq, heads, d_k) + c];
         }
+        d_projected[projected_row(sample, head, position, 1, seq, heads, d_k) + c] = key_total;
+        d_projected[projected_row(sample, head, position, 2, seq, heads, d_k) + c] = value_total;
+        c += LANES as usize;
     }
+}
+
+/// Rows of scores a cube holds at `seq` positions within `shared_bytes` of shared memory (beside
+/// the lanes' tree), at most [`ROWS_PER_CUBE`]; `None` where not even one fits.
+pub(crate) fn rows_per_cube(seq: usize, shared_bytes: usize) -> Option<u32> {
+    let values = (shared_bytes / std::mem::size_of::<f32>()).checked_sub(CUBE_UNITS as usize)?;
+    let rows = (values / seq.max(1)).min(ROWS_PER_CUBE as usize);
+    (rows > 0).then_some(rows as u32)
+}
+
+/// Whether the kernels take `seq` positions on `device` (a row of scores in shared memory).
+pub(crate) fn supports<R: CubeRuntime>(seq: usize, device: &R::Device) -> bool {
+    rows_per_cube(seq, R::client(device).properties().hardware.max_shared_memory_size).is_some()
+}
+
+/// The cubes for `rows` rows of `seq` scores, and the shared values each holds.
+fn geometry<R: CubeRuntime>(like: &CubeTensor<R>, rows: usize, seq: usize) -> (CubeCount, CubeDim, usize) {
+    let shared = like.client.properties().hardware.max_shared_memory_size;
+    let per_cube = rows_per_cube(seq, shared).expect("a shape `supports` accepts");
+    let (count, dim) = row_cubes(like, rows, per_cube, 0);
+    (count, dim, per_cube as usize * seq)
 }
 
 /// A launch's scalar arguments.
 struct Scalars {
-    units: u32,
+    rows: u32,
     seq: u32,
     heads: u32,
     d_k: u32,
@@ -215,7 +301,7 @@ impl Scalars {
         let [batch, seq] = padding.shape().dims::<2>();
         let d_k = projected.shape().dims::<2>()[1] / (3 * spec.heads);
         Self {
-            units: (batch * spec.heads * seq) as u32,
+            rows: (batch * spec.heads * seq) as u32,
             seq: seq as u32,
             heads: spec.heads as u32,
             d_k: d_k as u32,
@@ -238,7 +324,7 @@ pub(crate) fn forward<R: CubeRuntime>(
     let [key_0, key_1] = spec.dropout.key;
     let weights = empty_like(&projected, Shape::new([batch, spec.heads, seq, seq]));
     let context = empty_like(&projected, Shape::new([batch * seq, (spec.heads * n.d_k as usize)]));
-    let (count, dim) = one_unit_each(&projected, n.units as usize);
+    let (count, dim, scores) = geometry(&projected, n.rows as usize, seq);
     forward_kernel::launch::<R>(
         &projected.client.clone(),
         count,
@@ -247,7 +333,7 @@ pub(crate) fn forward<R: CubeRuntime>(
         padding.clone().into_tensor_arg(),
         weights.clone().into_tensor_arg(),
         context.clone().into_tensor_arg(),
-        n.units,
+        n.rows,
         n.seq,
         n.heads,
         n.d_k,
@@ -257,6 +343,7 @@ pub(crate) fn forward<R: CubeRuntime>(
         key_1,
         spec.dropout.threshold,
         spec.dropout.scale,
+        scores,
     );
     (context, AttentionTape { spec, projected, padding, weights })
 }
@@ -270,7 +357,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: AttentionTape<CubeTensor<R>>, grad:
     let d_scores = empty_like(&projected, weights.shape());
     let d_projected = empty_like(&projected, projected.shape());
     let client = projected.client.clone();
-    let (count, dim) = one_unit_each(&projected, n.units as usize);
+    let (count, dim, scores) = geometry(&projected, n.rows as usize, n.seq as usize);
     query_gradient_kernel::launch::<R>(
         &client,
         count.clone(),
@@ -281,7 +368,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: AttentionTape<CubeTensor<R>>, grad:
         grad.clone().into_tensor_arg(),
         d_scores.clone().into_tensor_arg(),
         d_projected.clone().into_tensor_arg(),
-        n.units,
+        n.rows,
         n.seq,
         n.heads,
         n.d_k,
@@ -290,6 +377,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: AttentionTape<CubeTensor<R>>, grad:
         key_1,
         spec.dropout.threshold,
         spec.dropout.scale,
+        scores,
     );
     key_value_gradient_kernel::launch::<R>(
         &client,
@@ -300,7 +388,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: AttentionTape<CubeTensor<R>>, grad:
         grad.into_tensor_arg(),
         d_scores.into_tensor_arg(),
         d_projected.clone().into_tensor_arg(),
-        n.units,
+        n.rows,
         n.seq,
         n.heads,
         n.d_k,

@@ -2,11 +2,11 @@
 //! Burn runs about seven operations forward (mean, subtract, square, mean, add ε, square root,
 //! divide, then scale and shift) and more backward, the parameters' gradients among them.
 //!
-//! Forward, one unit (thread) per row: `x̂ = (x − mean) / √(var + ε)`, then `x̂ · γ + β`; it keeps
-//! `x̂` and `1 / √(var + ε)` per row. Backward, in one launch, units of two kinds: one per row
-//! writes `∂x = (g − mean(g) − x̂ · mean(g ⊙ x̂)) / √(var + ε)` with `g = ∂y ⊙ γ`, and one per
-//! column sums `∂γ = Σ ∂y ⊙ x̂` and `∂β = Σ ∂y` over the rows (a Transformer's `d_model` columns,
-//! each a loop over the batch's rows).
+//! Forward, a row to [`LANES`] lanes ([`super::lanes`]): `x̂ = (x − mean) / √(var + ε)`, then
+//! `x̂ · γ + β`; it keeps `x̂` and `1 / √(var + ε)` per row. Backward, in one launch, cubes of two
+//! kinds: rows' cubes write `∂x = (g − mean(g) − x̂ · mean(g ⊙ x̂)) / √(var + ε)` with `g = ∂y ⊙ γ`,
+//! and a cube per column sums `∂γ = Σ ∂y ⊙ x̂` and `∂β = Σ ∂y` over the rows, its units a row
+//! apart (a Transformer's `d_model` cubes, each unit's loop `rows / 256` long).
 
 use burn::tensor::{Shape, TensorMetadata};
 use burn_cubecl::kernel::into_contiguous;
@@ -14,8 +14,9 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
+use super::empty_like;
+use super::lanes::{row_and_lane, row_cubes, row_sum, tree, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::rows::rows_of;
-use super::{empty_like, one_unit_each};
 
 /// What the backward kernel reads, as tensors `T` of the backend.
 #[derive(Clone, Debug)]
@@ -39,30 +40,42 @@ fn forward_kernel(
     width: u32,
     epsilon: f32,
 ) {
-    let row = ABSOLUTE_POS;
-    if row < rows as usize {
-        let (start, width) = (row * width as usize, width as usize);
-        let n = width as f32;
-        let mut sum = 0.0f32;
-        for j in 0..width {
-            sum += x[start + j];
-        }
-        let mean = sum / n;
-        let mut squares = 0.0f32;
-        for j in 0..width {
-            let centred = x[start + j] - mean;
-            squares += centred * centred;
-        }
-        let denominator = (squares / n + epsilon).sqrt();
-        for j in 0..width {
-            let x_hat = (x[start + j] - mean) / denominator;
-            normalized[start + j] = x_hat;
-            out[start + j] = x_hat * gamma[j] + beta[j];
-        }
+    let mut shared = SharedMemory::<f32>::new(CUBE_UNITS as usize);
+    let (row, lane) = row_and_lane();
+    let (lanes, n) = (LANES as usize, width as f32);
+    // A row past the last takes part in the cube's sums with nothing to add.
+    let length = select(row < rows as usize, width as usize, 0usize);
+    let start = row * width as usize;
+    let mut sum = 0.0f32;
+    let mut j = lane;
+    while j < length {
+        sum += x[start + j];
+        j += lanes;
+    }
+    let mean = row_sum(&mut shared, sum) / n;
+    let mut squares = 0.0f32;
+    j = lane;
+    while j < length {
+        let centred = x[start + j] - mean;
+        squares += centred * centred;
+        j += lanes;
+    }
+    let denominator = (row_sum(&mut shared, squares) / n + epsilon).sqrt();
+    j = lane;
+    while j < length {
+        let x_hat = (x[start + j] - mean) / denominator;
+        normalized[start + j] = x_hat;
+        out[start + j] = x_hat * gamma[j] + beta[j];
+        j += lanes;
+    }
+    if lane == 0 && length > 0 {
         inverse[row] = 1.0 / denominator;
     }
 }
 
+/// Cubes of two kinds in one launch: the first `cubes_of_rows` work rows, as forward, and write
+/// `∂x`; each of the next `width` sums one column of `∂γ` and `∂β` over all rows, its
+/// [`CUBE_UNITS`] units a row apart, then as a tree.
 #[cube(launch)]
 fn backward_kernel(
     normalized: &Tensor<f32>,
@@ -74,35 +87,55 @@ fn backward_kernel(
     d_beta: &mut Tensor<f32>,
     rows: u32,
     width: u32,
+    cubes_of_rows: u32,
 ) {
-    let unit = ABSOLUTE_POS;
-    let (rows, width) = (rows as usize, width as usize);
-    if unit < rows {
-        let start = unit * width;
-        let n = width as f32;
+    let mut first = SharedMemory::<f32>::new(CUBE_UNITS as usize);
+    let mut second = SharedMemory::<f32>::new(CUBE_UNITS as usize);
+    let (rows, width, cubes_of_rows) = (rows as usize, width as usize, cubes_of_rows as usize);
+    if CUBE_POS < cubes_of_rows {
+        let (row, lane) = row_and_lane();
+        let lanes = LANES as usize;
+        let length = select(row < rows, width, 0usize);
+        let start = row * width;
         let mut sum = 0.0f32;
         let mut dot = 0.0f32;
-        for j in 0..width {
+        let mut j = lane;
+        while j < length {
             let g = grad[start + j] * gamma[j];
             sum += g;
             dot += g * normalized[start + j];
+            j += lanes;
         }
-        let (mean, mean_dot, scale) = (sum / n, dot / n, inverse[unit]);
-        for j in 0..width {
-            let g = grad[start + j] * gamma[j];
-            d_x[start + j] = (g - mean - normalized[start + j] * mean_dot) * scale;
+        let n = width as f32;
+        let mean = row_sum(&mut first, sum) / n;
+        let mean_dot = row_sum(&mut second, dot) / n;
+        if length > 0 {
+            let scale = inverse[row];
+            j = lane;
+            while j < length {
+                let g = grad[start + j] * gamma[j];
+                d_x[start + j] = (g - mean - normalized[start + j] * mean_dot) * scale;
+                j += lanes;
+            }
         }
-    }
-    if unit < width {
+    } else if CUBE_POS - cubes_of_rows < width {
+        let column = CUBE_POS - cubes_of_rows;
+        let (unit, units) = (UNIT_POS as usize, CUBE_UNITS as usize);
         let mut scale_total = 0.0f32;
         let mut shift_total = 0.0f32;
-        for row in 0..rows {
-            let g = grad[row * width + unit];
-            scale_total += g * normalized[row * width + unit];
+        let mut row = unit;
+        while row < rows {
+            let g = grad[row * width + column];
+            scale_total += g * normalized[row * width + column];
             shift_total += g;
+            row += units;
         }
-        d_gamma[unit] = scale_total;
-        d_beta[unit] = shift_total;
+        let scale_total = tree(&mut first, 0, unit, units, scale_total, false);
+        let shift_total = tree(&mut second, 0, unit, units, shift_total, false);
+        if unit == 0 {
+            d_gamma[column] = scale_total;
+            d_beta[column] = shift_total;
+        }
     }
 }
 
@@ -119,7 +152,7 @@ pub(crate) fn forward<R: CubeRuntime>(
     let (rows, width) = rows_of(&shape);
     let [out, normalized] = [0; 2].map(|_| empty_like(&x, shape.clone()));
     let inverse = empty_like(&x, Shape::new([rows]));
-    let (count, dim) = one_unit_each(&x, rows);
+    let (count, dim) = row_cubes(&x, rows, ROWS_PER_CUBE, 0);
     forward_kernel::launch::<R>(
         &x.client.clone(),
         count,
@@ -145,7 +178,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: LayerNormTape<CubeTensor<R>>, grad:
     let (rows, width) = rows_of(&shape);
     let d_x = empty_like(&grad, shape);
     let [d_gamma, d_beta] = [0; 2].map(|_| empty_like(&grad, Shape::new([width])));
-    let (count, dim) = one_unit_each(&grad, rows.max(width));
+    let (count, dim) = row_cubes(&grad, rows, ROWS_PER_CUBE, width);
     backward_kernel::launch::<R>(
         &grad.client.clone(),
         count,
@@ -159,6 +192,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: LayerNormTape<CubeTensor<R>>, grad:
         d_beta.clone().into_tensor_arg(),
         rows as u32,
         width as u32,
+        rows.div_ceil(ROWS_PER_CUBE as usize) as u32,
     );
     [d_x, d_gamma, d_beta]
 }

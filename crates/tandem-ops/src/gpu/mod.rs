@@ -3,11 +3,14 @@
 //! by Burn's CubeCL backends and, with Burn's fusion, by fusion over them ([`fusion`]).
 
 mod adamw;
+#[cfg(all(test, feature = "wgpu"))]
+mod agreement;
 mod attention;
 mod concat;
 mod embedding;
 #[cfg(feature = "fusion")]
 mod fusion;
+mod lanes;
 mod layer_norm;
 mod loss;
 mod norm;
@@ -114,6 +117,9 @@ pub(crate) trait GpuKernels: Backend {
 
     /// The gradient of `x` `[batch, seq, channels]` from the windows' gradient.
     fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self>;
+
+    /// Whether the attention kernels take `seq` positions on `device`.
+    fn attention_supports(seq: usize, device: &Self::Device) -> bool;
 
     /// Self-attention's context `[batch · seq, heads · d_k]` from the queries, keys and values side
     /// by side, `projected` `[batch · seq, 3 · heads · d_k]` (f32), under `padding` `[batch, seq]`
@@ -238,6 +244,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GpuKernels
 
     fn windows_backward(grad: FloatTensor<Self>, seq: usize, width: usize) -> FloatTensor<Self> {
         windows::backward(grad, seq, width)
+    }
+
+    fn attention_supports(seq: usize, device: &Self::Device) -> bool {
+        attention::supports::<R>(seq, device)
     }
 
     fn attention_forward(

@@ -3,9 +3,8 @@
 //! backward (its derivative written out), softmax five forward (max, subtract, exp, sum, divide)
 //! and as many backward, dropout a random draw, a comparison and two products forward.
 //!
-//! GELU and dropout give each unit (thread) one element, softmax one row: the rows of a
-//! Transformer's scores are short, so a unit's loop over its row costs less than the launches it
-//! replaces. Dropout's backward pass draws its mask again rather than keeping it. The forward kernels compute what
+//! GELU and dropout give each unit (thread) one element, softmax a row to [`LANES`] lanes
+//! ([`super::lanes`]). Dropout's backward pass draws its mask again rather than keeping it. The forward kernels compute what
 //! Burn's operations do, in the same order; GELU's backward is Burn's too, the derivative of its
 //! tanh approximation (as every backend but Flex runs it), so a GPU run trains as it did.
 
@@ -15,6 +14,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
+use super::lanes::{row_and_lane, row_cubes, row_max, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::{empty_like, one_unit_each};
 use crate::dropout::Draw;
 pub(crate) use crate::row_op::RowOp;
@@ -137,7 +137,7 @@ pub(crate) fn softmax_row(x: &Tensor<f32>, out: &mut Tensor<f32>, start: usize, 
 /// Replaces the `width` values of `values` from `start` by their softmax, and returns their
 /// log-sum-exp, `max + log Σ exp(x − max)`.
 #[cube]
-pub(crate) fn softmax_in_place(values: &mut Tensor<f32>, start: usize, width: usize) -> f32 {
+fn softmax_in_place(values: &mut Tensor<f32>, start: usize, width: usize) -> f32 {
     let mut max = values[start];
     for j in 1..width {
         max = f32::max(max, values[start + j]);
@@ -154,27 +154,56 @@ pub(crate) fn softmax_in_place(values: &mut Tensor<f32>, start: usize, width: us
     max + sum.ln()
 }
 
+/// A row to [`LANES`] lanes: `exp(x − max) / Σ exp(x − max)`.
 #[cube(launch)]
 fn softmax_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32) {
-    let row = ABSOLUTE_POS;
-    if row < rows as usize {
-        softmax_row(x, out, row * width as usize, width as usize);
+    let mut shared = SharedMemory::<f32>::new(CUBE_UNITS as usize);
+    let (row, lane) = row_and_lane();
+    let lanes = LANES as usize;
+    let length = select(row < rows as usize, width as usize, 0usize);
+    let start = row * width as usize;
+    let mut max = f32::new(f32::MIN);
+    let mut j = lane;
+    while j < length {
+        max = f32::max(max, x[start + j]);
+        j += lanes;
+    }
+    let max = row_max(&mut shared, max);
+    let mut sum = 0.0f32;
+    j = lane;
+    while j < length {
+        let e = (x[start + j] - max).exp();
+        out[start + j] = e;
+        sum += e;
+        j += lanes;
+    }
+    let sum = row_sum(&mut shared, sum);
+    j = lane;
+    while j < length {
+        out[start + j] = out[start + j] / sum;
+        j += lanes;
     }
 }
 
-/// `y ⊙ (g − Σ g ⊙ y)` per row, from the output `y` and its gradient `g`.
+/// A row to [`LANES`] lanes: `y ⊙ (g − Σ g ⊙ y)`, from the output `y` and its gradient `g`.
 #[cube(launch)]
 fn softmax_backward_kernel(y: &Tensor<f32>, grad: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32) {
-    let row = ABSOLUTE_POS;
-    if row < rows as usize {
-        let (start, width) = (row * width as usize, width as usize);
-        let mut dot = 0.0f32;
-        for j in 0..width {
-            dot += grad[start + j] * y[start + j];
-        }
-        for j in 0..width {
-            out[start + j] = y[start + j] * (grad[start + j] - dot);
-        }
+    let mut shared = SharedMemory::<f32>::new(CUBE_UNITS as usize);
+    let (row, lane) = row_and_lane();
+    let lanes = LANES as usize;
+    let length = select(row < rows as usize, width as usize, 0usize);
+    let start = row * width as usize;
+    let mut dot = 0.0f32;
+    let mut j = lane;
+    while j < length {
+        dot += grad[start + j] * y[start + j];
+        j += lanes;
+    }
+    let dot = row_sum(&mut shared, dot);
+    j = lane;
+    while j < length {
+        out[start + j] = y[start + j] * (grad[start + j] - dot);
+        j += lanes;
     }
 }
 
@@ -198,7 +227,7 @@ pub(crate) fn forward<R: CubeRuntime>(op: RowOp, x: CubeTensor<R>) -> (CubeTenso
             (out, RowTape::Gelu { input: x })
         }
         RowOp::Softmax => {
-            let (count, dim) = one_unit_each(&x, rows);
+            let (count, dim) = row_cubes(&x, rows, ROWS_PER_CUBE, 0);
             softmax_kernel::launch::<R>(
                 &client,
                 count,
@@ -238,7 +267,7 @@ pub(crate) fn backward<R: CubeRuntime>(tape: RowTape<CubeTensor<R>>, grad: CubeT
             );
         }
         RowTape::Softmax { output } => {
-            let (count, dim) = one_unit_each(&grad, rows);
+            let (count, dim) = row_cubes(&grad, rows, ROWS_PER_CUBE, 0);
             softmax_backward_kernel::launch::<R>(
                 &client,
                 count,

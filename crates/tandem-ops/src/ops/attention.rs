@@ -11,7 +11,8 @@ use burn::tensor::{Bool, Tensor};
 /// (f32) under `mask_pad` `[batch, seq]` (`true` at padding), where `B` is a GPU backend compiled
 /// into this crate and `mha` is what Tandem builds (biases, Burn's softmax); `None` elsewhere, with
 /// nothing computed and no dropout drawn. The three projections are one matmul over their weights
-/// side by side.
+/// side by side. Shapes whose kernel indices would pass `u32::MAX` ([`indices_fit`]), or whose
+/// row of scores does not fit in the device's shared memory, run Burn's operations too.
 pub(crate) fn on_gpu<B: Backend>(
     mha: &MultiHeadAttention<B>,
     x: Tensor<B, 2>,
@@ -20,12 +21,23 @@ pub(crate) fn on_gpu<B: Backend>(
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
         let biased = [&mha.query, &mha.key, &mha.value].iter().all(|linear| linear.bias.is_some());
-        if biased && !mha.quiet_softmax && x.dtype() == burn::tensor::DType::F32 {
-            return crate::ops::gpu_path::run::<B, _>(gpu::Attention { mha, x, mask_pad }).ok();
+        let [batch, seq] = mask_pad.dims();
+        let fits = indices_fit(batch, mha.n_heads, seq, mha.d_model);
+        if biased && fits && !mha.quiet_softmax && x.dtype() == burn::tensor::DType::F32 {
+            return crate::ops::gpu_path::run::<B, _>(gpu::Attention { mha, x, mask_pad }).ok().flatten();
         }
     }
     let _ = (mha, x, mask_pad);
     None
+}
+
+/// Whether every index the attention kernels compute (`u32`) fits: the scores' `batch · heads ·
+/// seq²` and the projections' `3 · batch · seq · d_model` values.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+pub(crate) fn indices_fit(batch: usize, heads: usize, seq: usize, d_model: usize) -> bool {
+    let scores = batch.checked_mul(heads).and_then(|n| n.checked_mul(seq)).and_then(|n| n.checked_mul(seq));
+    let projected = batch.checked_mul(seq).and_then(|n| n.checked_mul(3 * d_model));
+    [scores, projected].iter().all(|n| n.is_some_and(|n| n <= u32::MAX as usize))
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -51,6 +63,12 @@ mod gpu {
     }
 
     impl<B: Backend> Attention<'_, B> {
+        /// Whether `G`'s kernels take the sequence's length on the input's device.
+        fn supported<G: GpuKernels>(&self) -> bool {
+            let device = same_type::<_, G::Device>(self.x.device());
+            G::attention_supports(self.mask_pad.dims()[1], &device)
+        }
+
         /// The queries, keys and values side by side, `[batch · seq, 3 · d_model]`: one matmul.
         fn projected(&self) -> Tensor<B, 2> {
             let linears = [&self.mha.query, &self.mha.key, &self.mha.value];
@@ -75,23 +93,30 @@ mod gpu {
     }
 
     impl<B: Backend> GpuPath<B> for Attention<'_, B> {
-        type Output = Tensor<B, 2>;
+        /// `None` where the kernels do not take the shape on the device.
+        type Output = Option<Tensor<B, 2>>;
 
-        fn plain<G: GpuKernels>(self) -> Tensor<B, 2> {
+        fn plain<G: GpuKernels>(self) -> Self::Output {
+            if !self.supported::<G>() {
+                return None;
+            }
             let projected = same_type::<_, Tensor<G, 2>>(self.projected()).into_primitive().tensor();
             let (spec, padding) = self.spec_and_padding::<G>(false);
             let (context, _) = G::attention_forward(spec, projected, padding);
-            same_type(Tensor::<G, 2>::from_primitive(TensorPrimitive::Float(context)))
+            Some(same_type(Tensor::<G, 2>::from_primitive(TensorPrimitive::Float(context))))
         }
 
-        fn autodiff<G: GpuKernels>(self) -> Tensor<B, 2> {
+        fn autodiff<G: GpuKernels>(self) -> Self::Output {
+            if !self.supported::<G>() {
+                return None;
+            }
             let projected = same_type::<_, Tensor<Autodiff<G>, 2>>(self.projected()).into_primitive().tensor();
             let (spec, padding) = self.spec_and_padding::<G>(true);
             let context = gpu_node(Backward, [projected], |[projected], tracked| {
                 let (context, tape) = G::attention_forward(spec, projected, padding);
                 (context, tracked.then_some(tape))
             });
-            same_type(Tensor::<Autodiff<G>, 2>::from_primitive(TensorPrimitive::Float(context)))
+            Some(same_type(Tensor::<Autodiff<G>, 2>::from_primitive(TensorPrimitive::Float(context))))
         }
     }
 
@@ -105,5 +130,24 @@ mod gpu {
         fn input_gradients(self, tape: Self::Kept, grad: FloatTensor<G>) -> [FloatTensor<G>; 1] {
             [G::attention_backward(tape, grad)]
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::indices_fit;
+
+    #[test]
+    fn shapes_whose_indices_pass_u32_are_refused() {
+        // The reference shape, and 256 positions.
+        assert!(indices_fit(64, 4, 64, 128));
+        assert!(indices_fit(64, 4, 256, 128));
+        // 2¹⁶ scores a head: 2¹⁶ heads' worth is 2³², one past the largest index.
+        assert!(indices_fit(1, 65_535, 256, 128));
+        assert!(!indices_fit(1, 65_536, 256, 128));
+        assert!(!indices_fit(512, 8, 4_096, 512));
+        // The projections alone.
+        assert!(!indices_fit(1 << 20, 1, 1, 2_048));
+        assert!(!indices_fit(usize::MAX, 2, 2, 2));
     }
 }
