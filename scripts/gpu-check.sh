@@ -48,9 +48,11 @@ within() {
 build() {
     step "build (release, features cuda,wgpu)"
     # One cargo invocation builds the CLI, the GPU test and the throughput benchmark, so Burn is
-    # compiled once (separate invocations resolve other features and compile it again).
+    # compiled once (separate invocations resolve other features and compile it again); the CLI's
+    # test is named only for the `tandem` program that cargo builds beside it.
     within cargo test --release --locked --no-run -p tandem-experiment -p tandem-cli \
-        --features "tandem-cli/cuda,tandem-cli/wgpu" --tests --benches 2> "$out/build.log" || { tail -40 "$out/build.log"; exit 1; }
+        --features "tandem-cli/cuda,tandem-cli/wgpu" --test gpu_backends --test cli --bench throughput \
+        2> "$out/build.log" || { tail -40 "$out/build.log"; exit 1; }
     executable() { sed -n "s|.*Executable [^ ]*$1 (\(.*\))|\1|p" "$out/build.log" | head -1; }
     gpu_test=$(executable gpu_backends.rs)
     throughput=$(executable throughput.rs)

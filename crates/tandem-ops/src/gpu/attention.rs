@@ -395,3 +395,19 @@ pub(crate) fn backward<R: CubeRuntime>(tape: AttentionTape<CubeTensor<R>>, grad:
     );
     d_projected
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rows_per_cube;
+
+    #[test]
+    fn a_cube_holds_the_rows_of_scores_its_shared_memory_takes_beside_the_tree() {
+        // 16 KiB is 4,096 values, 256 of them the tree's.
+        assert_eq!(rows_per_cube(64, 16_384), Some(8));
+        assert_eq!(rows_per_cube(1_000, 16_384), Some(3));
+        assert_eq!(rows_per_cube(3_840, 16_384), Some(1));
+        assert_eq!(rows_per_cube(3_841, 16_384), None);
+        assert_eq!(rows_per_cube(256, 49_152), Some(8));
+        assert_eq!(rows_per_cube(1, 1_000), None);
+    }
+}
