@@ -75,11 +75,42 @@ fn dot(a: &Tensor<f32>, a_start: usize, b: &Tensor<f32>, b_start: usize, length:
     sum
 }
 
-/// How many keys (`seq`) and columns (`d_k`) the row works on: none past the last row.
+/// The row of one head's scores a unit works on, with its lanes: `row = (sample · heads + head) ·
+/// seq + position`.
+#[derive(CubeType, Clone)]
+struct ScoreRow {
+    row: usize,
+    sample: u32,
+    head: u32,
+    position: u32,
+    /// How many keys (`seq`) and columns (`d_k`) the row works on: none past the last row.
+    keys: usize,
+    columns: usize,
+    /// Where the row starts among the cube's rows in shared memory, and in the scores' tensor.
+    own: usize,
+    start: usize,
+    /// From one position to the next in the projections side by side.
+    stride: usize,
+}
+
 #[cube]
-fn extent(row: usize, rows: u32, seq: u32, d_k: u32) -> (usize, usize) {
-    let live = row < rows as usize;
-    (select(live, seq as usize, 0usize), select(live, d_k as usize, 0usize))
+impl ScoreRow {
+    fn new(rows: u32, seq: u32, heads: u32, d_k: u32) -> ScoreRow {
+        let (row, _) = row_and_lane();
+        let (sample, head, position) = place(row as u32, seq, heads);
+        let live = row < rows as usize;
+        ScoreRow {
+            row,
+            sample,
+            head,
+            position,
+            keys: select(live, seq as usize, 0usize),
+            columns: select(live, d_k as usize, 0usize),
+            own: UNIT_POS_Y as usize * seq as usize,
+            start: row * seq as usize,
+            stride: (3 * heads * d_k) as usize,
+        }
+    }
 }
 
 /// For each column `c` of this unit's lane: `Σ_k scores[k] · projected[from + k · stride + c]`
@@ -133,46 +164,42 @@ fn forward_kernel(
 ) {
     let mut tree_space = SharedMemory::<f32>::new(CUBE_UNITS as usize);
     let mut row_scores = SharedMemory::<f32>::new(scores);
-    let (row, lane) = row_and_lane();
-    let (sample, head, position) = place(row as u32, seq, heads);
-    let (keys, columns) = extent(row, rows, seq, d_k);
-    let (own, start, lanes) = (UNIT_POS_Y as usize * seq as usize, row * seq as usize, LANES as usize);
-    let stride = (3 * heads * d_k) as usize;
-    let query = projected_row(sample, head, position, 0, seq, heads, d_k);
+    let at = ScoreRow::new(rows, seq, heads, d_k);
+    let query = projected_row(at.sample, at.head, at.position, 0, seq, heads, d_k);
     let mut max = f32::new(f32::MIN);
-    let mut j = lane;
-    while j < keys {
-        let key = projected_row(sample, head, j as u32, 1, seq, heads, d_k);
+    let mut j = UNIT_POS_X as usize;
+    while j < at.keys {
+        let key = projected_row(at.sample, at.head, j as u32, 1, seq, heads, d_k);
         let score = dot(projected, query, projected, key, d_k) / sqrt_d_k;
-        let mut score = score * dropout_factor((start + j) as u32, key_0, key_1, threshold, scale);
-        if padding[sample as usize * seq as usize + j] > 0.5 {
+        let mut score = score * dropout_factor((at.start + j) as u32, key_0, key_1, threshold, scale);
+        if padding[at.sample as usize * seq as usize + j] > 0.5 {
             score = min_float;
         }
-        row_scores[own + j] = score;
+        row_scores[at.own + j] = score;
         max = f32::max(max, score);
-        j += lanes;
+        j += LANES as usize;
     }
     let max = row_max(&mut tree_space, max);
     let mut sum = 0.0f32;
-    j = lane;
-    while j < keys {
-        let e = (row_scores[own + j] - max).exp();
-        row_scores[own + j] = e;
+    j = UNIT_POS_X as usize;
+    while j < at.keys {
+        let e = (row_scores[at.own + j] - max).exp();
+        row_scores[at.own + j] = e;
         sum += e;
-        j += lanes;
+        j += LANES as usize;
     }
     let sum = row_sum(&mut tree_space, sum);
-    j = lane;
-    while j < keys {
-        let weight = row_scores[own + j] / sum;
-        row_scores[own + j] = weight;
-        weights[start + j] = weight;
-        j += lanes;
+    j = UNIT_POS_X as usize;
+    while j < at.keys {
+        let weight = row_scores[at.own + j] / sum;
+        row_scores[at.own + j] = weight;
+        weights[at.start + j] = weight;
+        j += LANES as usize;
     }
     sync_cube();
-    let values = projected_row(sample, head, 0, 2, seq, heads, d_k);
-    let out_start = head_row(sample, head, position, seq, heads, d_k);
-    weighted_sum(&row_scores, keys, projected, values, stride, context, out_start, columns);
+    let values = projected_row(at.sample, at.head, 0, 2, seq, heads, d_k);
+    let out_start = head_row(at.sample, at.head, at.position, seq, heads, d_k);
+    weighted_sum(&row_scores, at.keys, projected, values, at.stride, context, out_start, at.columns);
 }
 
 /// Per query row, laid out as forward: the scores' gradient (through softmax, mask, dropout and
@@ -198,37 +225,33 @@ fn query_gradient_kernel(
 ) {
     let mut tree_space = SharedMemory::<f32>::new(CUBE_UNITS as usize);
     let mut row_scores = SharedMemory::<f32>::new(scores);
-    let (row, lane) = row_and_lane();
-    let (sample, head, position) = place(row as u32, seq, heads);
-    let (keys, columns) = extent(row, rows, seq, d_k);
-    let (own, start, lanes) = (UNIT_POS_Y as usize * seq as usize, row * seq as usize, LANES as usize);
-    let stride = (3 * heads * d_k) as usize;
-    let own_grad = head_row(sample, head, position, seq, heads, d_k);
+    let at = ScoreRow::new(rows, seq, heads, d_k);
+    let own_grad = head_row(at.sample, at.head, at.position, seq, heads, d_k);
     let mut weighted = 0.0f32;
-    let mut j = lane;
-    while j < keys {
-        let value = projected_row(sample, head, j as u32, 2, seq, heads, d_k);
+    let mut j = UNIT_POS_X as usize;
+    while j < at.keys {
+        let value = projected_row(at.sample, at.head, j as u32, 2, seq, heads, d_k);
         let d_weight = dot(grad, own_grad, projected, value, d_k);
-        row_scores[own + j] = d_weight;
-        weighted += d_weight * weights[start + j];
-        j += lanes;
+        row_scores[at.own + j] = d_weight;
+        weighted += d_weight * weights[at.start + j];
+        j += LANES as usize;
     }
     let weighted = row_sum(&mut tree_space, weighted);
-    j = lane;
-    while j < keys {
+    j = UNIT_POS_X as usize;
+    while j < at.keys {
         let mut d_score = 0.0f32;
-        if padding[sample as usize * seq as usize + j] < 0.5 {
-            let factor = dropout_factor((start + j) as u32, key_0, key_1, threshold, scale);
-            d_score = weights[start + j] * (row_scores[own + j] - weighted) * factor / sqrt_d_k;
+        if padding[at.sample as usize * seq as usize + j] < 0.5 {
+            let factor = dropout_factor((at.start + j) as u32, key_0, key_1, threshold, scale);
+            d_score = weights[at.start + j] * (row_scores[at.own + j] - weighted) * factor / sqrt_d_k;
         }
-        row_scores[own + j] = d_score;
-        d_scores[start + j] = d_score;
-        j += lanes;
+        row_scores[at.own + j] = d_score;
+        d_scores[at.start + j] = d_score;
+        j += LANES as usize;
     }
     sync_cube();
-    let keys_from = projected_row(sample, head, 0, 1, seq, heads, d_k);
-    let out_start = projected_row(sample, head, position, 0, seq, heads, d_k);
-    weighted_sum(&row_scores, keys, projected, keys_from, stride, d_projected, out_start, columns);
+    let keys_from = projected_row(at.sample, at.head, 0, 1, seq, heads, d_k);
+    let out_start = projected_row(at.sample, at.head, at.position, 0, seq, heads, d_k);
+    weighted_sum(&row_scores, at.keys, projected, keys_from, at.stride, d_projected, out_start, at.columns);
 }
 
 /// Per key row, its lanes over the columns: the key's and the value's gradients, sums over the
@@ -245,12 +268,11 @@ fn key_value_gradient_kernel(
     heads: u32,
     d_k: u32,
 ) {
-    let (row, lane) = row_and_lane();
-    let (sample, head, position) = place(row as u32, seq, heads);
-    let (keys, columns) = extent(row, rows, seq, d_k);
+    let at = ScoreRow::new(rows, seq, heads, d_k);
+    let (sample, head, position, keys, columns) = (at.sample, at.head, at.position, at.keys, at.columns);
     // Column `position` of this head's `[seq, seq]` scores.
-    let column = (row - position as usize) * seq as usize + position as usize;
-    let mut c = lane;
+    let column = (at.row - position as usize) * seq as usize + position as usize;
+    let mut c = UNIT_POS_X as usize;
     while c < columns {
         let mut key_total = 0.0f32;
         let mut value_total = 0.0f32;
