@@ -18,6 +18,8 @@ pub mod dropout;
 mod fast_path;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gpu;
+#[cfg(all(test, feature = "wgpu"))]
+mod gpu_agreement;
 mod ops;
 mod optimizer;
 mod row_op;

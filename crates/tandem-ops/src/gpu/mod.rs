@@ -3,8 +3,6 @@
 //! by Burn's CubeCL backends and, with Burn's fusion, by fusion over them ([`fusion`]).
 
 mod adamw;
-#[cfg(all(test, feature = "wgpu"))]
-mod agreement;
 mod attention;
 mod concat;
 mod embedding;

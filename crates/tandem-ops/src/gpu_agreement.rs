@@ -1,4 +1,4 @@
-//! The row kernels and the optimizer's kernels on wgpu against Burn's operations on ndarray, at
+//! The GPU kernels of the rows and the optimizer on wgpu against Burn's operations on ndarray, at
 //! the shapes a reference step runs (4,096 rows of 128; the 20,000 × 128 token table) and at odd
 //! ones (one value, rows that do not fill a cube, rows longer than a cube's lanes).
 
@@ -10,6 +10,7 @@ use burn::tensor::{Tensor, TensorData};
 
 use crate::adamw::AdamWScalars;
 use crate::ops::host_ops::{layer_norm, softmax_last};
+use crate::optimizer::{adamw_step, squared_sum};
 
 type Gpu = Autodiff<Wgpu>;
 type Reference = Autodiff<NdArray>;
@@ -109,7 +110,7 @@ fn the_squared_norm_of_the_token_table_agrees_with_a_sum_in_f64() {
         tensor::<Wgpu, 2>(&table, TABLE).into_primitive().tensor(),
         tensor::<Wgpu, 1>(&bias, [4]).into_primitive().tensor(),
     ];
-    let got = read(crate::squared_sum::<Wgpu>(tensors).expect("a kernel on wgpu"))[0] as f64;
+    let got = read(squared_sum::<Wgpu>(tensors).expect("a kernel on wgpu"))[0] as f64;
     let expected: f64 = table.iter().chain(&bias).map(|v| (*v as f64).powi(2)).sum();
     assert!((got - expected).abs() / expected < 1e-5, "squared norm {got} against {expected}");
 }
@@ -131,7 +132,7 @@ fn adamw_over_the_token_table_agrees_with_burns_arithmetic_on_ndarray() {
         clip_norm: 1.0,
     };
     let on = |values: &Vec<f32>| tensor::<Wgpu, 2>(values, TABLE);
-    let got = crate::adamw_step::<Wgpu, 2>(
+    let got = adamw_step::<Wgpu, 2>(
         &scalars,
         [on(&param), on(&grad), on(&moment_1), on(&moment_2)],
         tensor(&[squared_norm], [1]),
