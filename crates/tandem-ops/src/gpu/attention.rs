@@ -19,7 +19,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::empty_like;
-use super::lanes::{row_and_lane, row_cubes, row_max, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
+use super::lanes::{row_cubes, row_max, row_span, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::rows::dropout_factor;
 use crate::dropout::Draw;
 
@@ -96,18 +96,17 @@ struct ScoreRow {
 #[cube]
 impl ScoreRow {
     fn new(rows: u32, seq: u32, heads: u32, d_k: u32) -> ScoreRow {
-        let (row, _) = row_and_lane();
+        let (row, _, start, keys) = row_span(rows, seq);
         let (sample, head, position) = place(row as u32, seq, heads);
-        let live = row < rows as usize;
         ScoreRow {
             row,
             sample,
             head,
             position,
-            keys: select(live, seq as usize, 0usize),
-            columns: select(live, d_k as usize, 0usize),
+            keys,
+            columns: select(keys > 0, d_k as usize, 0usize),
             own: UNIT_POS_Y as usize * seq as usize,
-            start: row * seq as usize,
+            start,
             stride: (3 * heads * d_k) as usize,
         }
     }

@@ -35,6 +35,15 @@ pub(crate) fn row_and_lane() -> (usize, usize) {
     (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize, UNIT_POS_X as usize)
 }
 
+/// This unit's row of `rows` rows of `width` values: the row, its lane, where the row starts, and
+/// how many of its values the lanes work on (none past the last row, which still takes part in
+/// the cube's sums with nothing to add).
+#[cube]
+pub(crate) fn row_span(rows: u32, width: u32) -> (usize, usize, usize, usize) {
+    let (row, lane) = row_and_lane();
+    (row, lane, row * width as usize, select(row < rows as usize, width as usize, 0usize))
+}
+
 /// The sum (or, with `max`, the largest) of `value` over `count` (a power of two) units of the
 /// cube whose places in `shared` start at `base`, this unit's place being `base + lane`: every
 /// one of them gets it. Every unit of the cube calls it, as it waits for the cube.

@@ -15,7 +15,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::empty_like;
-use super::lanes::{row_and_lane, row_cubes, row_sum, tree, CUBE_UNITS, LANES, ROWS_PER_CUBE};
+use super::lanes::{row_cubes, row_span, row_sum, tree, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::rows::rows_of;
 
 /// What the backward kernel reads, as tensors `T` of the backend.
@@ -41,11 +41,8 @@ fn forward_kernel(
     epsilon: f32,
 ) {
     let mut shared = SharedMemory::<f32>::new(CUBE_UNITS as usize);
-    let (row, lane) = row_and_lane();
+    let (row, lane, start, length) = row_span(rows, width);
     let (lanes, n) = (LANES as usize, width as f32);
-    // A row past the last takes part in the cube's sums with nothing to add.
-    let length = select(row < rows as usize, width as usize, 0usize);
-    let start = row * width as usize;
     let mut sum = 0.0f32;
     let mut j = lane;
     while j < length {
@@ -91,12 +88,10 @@ fn backward_kernel(
 ) {
     let mut first = SharedMemory::<f32>::new(CUBE_UNITS as usize);
     let mut second = SharedMemory::<f32>::new(CUBE_UNITS as usize);
-    let (rows, width, cubes_of_rows) = (rows as usize, width as usize, cubes_of_rows as usize);
+    let cubes_of_rows = cubes_of_rows as usize;
     if CUBE_POS < cubes_of_rows {
-        let (row, lane) = row_and_lane();
+        let (row, lane, start, length) = row_span(rows, width);
         let lanes = LANES as usize;
-        let length = select(row < rows, width, 0usize);
-        let start = row * width;
         let mut sum = 0.0f32;
         let mut dot = 0.0f32;
         let mut j = lane;
@@ -118,7 +113,8 @@ fn backward_kernel(
                 j += lanes;
             }
         }
-    } else if CUBE_POS - cubes_of_rows < width {
+    } else if CUBE_POS - cubes_of_rows < width as usize {
+        let (rows, width) = (rows as usize, width as usize);
         let column = CUBE_POS - cubes_of_rows;
         let (unit, units) = (UNIT_POS as usize, CUBE_UNITS as usize);
         let mut scale_total = 0.0f32;

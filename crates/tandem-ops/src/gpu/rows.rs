@@ -4,9 +4,10 @@
 //! and as many backward, dropout a random draw, a comparison and two products forward.
 //!
 //! GELU and dropout give each unit (thread) one element, softmax a row to [`LANES`] lanes
-//! ([`super::lanes`]). Dropout's backward pass draws its mask again rather than keeping it. The forward kernels compute what
-//! Burn's operations do, in the same order; GELU's backward is Burn's too, the derivative of its
-//! tanh approximation (as every backend but Flex runs it), so a GPU run trains as it did.
+//! ([`super::lanes`]). Dropout's backward pass draws its mask again rather than keeping it. The
+//! forward kernels compute what Burn's operations do, in the same order; GELU's backward is
+//! Burn's too, the derivative of its tanh approximation (as every backend but Flex runs it), so a
+//! GPU run trains as it did.
 
 use burn::tensor::{Shape, TensorMetadata};
 use burn_cubecl::kernel::into_contiguous;
@@ -14,7 +15,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::lanes::{row_and_lane, row_cubes, row_max, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
+use super::lanes::{row_cubes, row_max, row_span, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::{empty_like, one_unit_each};
 use crate::dropout::Draw;
 pub(crate) use crate::row_op::RowOp;
@@ -158,10 +159,8 @@ fn softmax_in_place(values: &mut Tensor<f32>, start: usize, width: usize) -> f32
 #[cube(launch)]
 fn softmax_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32) {
     let mut shared = SharedMemory::<f32>::new(CUBE_UNITS as usize);
-    let (row, lane) = row_and_lane();
+    let (_, lane, start, length) = row_span(rows, width);
     let lanes = LANES as usize;
-    let length = select(row < rows as usize, width as usize, 0usize);
-    let start = row * width as usize;
     let mut max = f32::new(f32::MIN);
     let mut j = lane;
     while j < length {
@@ -189,10 +188,8 @@ fn softmax_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32)
 #[cube(launch)]
 fn softmax_backward_kernel(y: &Tensor<f32>, grad: &Tensor<f32>, out: &mut Tensor<f32>, rows: u32, width: u32) {
     let mut shared = SharedMemory::<f32>::new(CUBE_UNITS as usize);
-    let (row, lane) = row_and_lane();
+    let (_, lane, start, length) = row_span(rows, width);
     let lanes = LANES as usize;
-    let length = select(row < rows as usize, width as usize, 0usize);
-    let start = row * width as usize;
     let mut dot = 0.0f32;
     let mut j = lane;
     while j < length {

@@ -204,6 +204,7 @@ impl<B: FusionBackend + GpuKernels> GpuKernels for Fusion<B> {
         let [batch, _, row] = grad.shape().dims::<3>();
         windows::<B>(grad, Shape::new([batch, seq, row / width]), width, seq, false)
     }
+
     fn attention_supports(seq: usize, device: &Self::Device) -> bool {
         B::attention_supports(seq, device)
     }
