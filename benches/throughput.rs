@@ -31,15 +31,11 @@ use std::time::{Duration, Instant};
 
 use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Int, Tensor, TensorData};
 use tandem_experiment::backend::{compiled_backends, launches, with_backend, BackendKind, BackendTask, DeviceSpec};
 use tandem_models::{Architecture, InputSpec, ModelConfig};
-use tandem_testing::reference_model;
+use tandem_testing::{reference_batch, reference_model, REFERENCE_SEQ, REFERENCE_VOCAB};
 use tandem_train::optim::{adamw_config, AnyOptimizer};
 use tandem_train::{host_reads, tested_gradients, EmbeddingUpdate, Tally, TrainConfig};
-
-const SEQ: usize = 64;
-const VOCAB: usize = 20_000;
 
 /// Full training steps timed within a budget.
 struct Measured {
@@ -84,7 +80,7 @@ impl BackendTask for Cell<'_> {
 fn measure<B: AutodiffBackend>(cell: Cell, device: &B::Device) -> Measured {
     let batch = cell.batch;
     B::seed(device, 1);
-    let input = InputSpec { vocab_size: VOCAB, max_len: SEQ, num_classes: 4 };
+    let input = InputSpec { vocab_size: REFERENCE_VOCAB, max_len: REFERENCE_SEQ, num_classes: 4 };
     let mut model = cell.config.init::<B>(&input, device);
     let train = TrainConfig {
         embedding_update: if let Optim::Tandem(update) = cell.optim { update } else { EmbeddingUpdate::Dense },
@@ -92,17 +88,8 @@ fn measure<B: AutodiffBackend>(cell: Cell, device: &B::Device) -> Measured {
     };
     let mut tandem = AnyOptimizer::for_model(&train, &model);
     let mut burn = adamw_config(&train).init::<B, tandem_models::Classifier<B>>();
-    let ids: Vec<i64> = (0..batch * SEQ).map(|i| ((i * 7919) % (VOCAB - 2) + 2) as i64).collect();
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, SEQ]), device);
-    let mask = Tensor::<B, 2, Int>::zeros([batch, SEQ], device).equal_elem(1);
-    let labels =
-        Tensor::<B, 1, Int>::from_data(TensorData::new((0..batch as i64).map(|i| i % 4).collect(), [batch]), device);
-    let batch_of = || tandem_data::Batch {
-        tokens: tokens.clone(),
-        mask_pad: mask.clone(),
-        lengths: Tensor::full([batch], SEQ as i64, device),
-        labels: labels.clone(),
-    };
+    let reference = reference_batch::<B>(batch, device);
+    let batch_of = || reference.clone();
     let optimizer_time = std::cell::Cell::new(Duration::ZERO);
     let tally = std::cell::RefCell::new(Tally::default());
     let mut step = |model: tandem_models::Classifier<B>| {
@@ -251,7 +238,9 @@ fn main() {
             }
         };
 
-    println!("training throughput, samples/s (sequence {SEQ}, vocabulary {VOCAB}; {cores} cores here)");
+    println!(
+        "training throughput, samples/s (sequence {REFERENCE_SEQ}, vocabulary {REFERENCE_VOCAB}; {cores} cores here)"
+    );
     println!("stock: Burn's own Conv1d / LSTM / GRU / encoder forward and Burn's AdamW, in a process with glibc's");
     println!("default allocation thresholds; kept memory: the same after `tandem_train::keep_freed_memory`;");
     println!("Tandem: its fused modules (same parameters) and one-pass AdamW, with kept memory; lazy embedding: AdamW only on the");

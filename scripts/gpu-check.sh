@@ -7,15 +7,16 @@
 #      reference shape, batch 64 and 256, both read nothing back within a step, warm-up
 #      excluded, timed after a device sync, and the table (scripts/side-by-side.py);
 #   2. the agreement and end-to-end tests (tests/gpu_backends.rs) on the backend (required);
-#   3. GPU time per kernel (CubeCL's profile log, scripts/kernel-times.py), one architecture at
-#      a time at batch 64;
+#   3. the kernel table (benches/kernel_table.rs: each kernel of a step with its estimated time on
+#      an H100), then GPU time per kernel as measured (CubeCL's profile log,
+#      scripts/kernel-times.py), one architecture at a time at batch 64;
 #   4. the quickstart manifest and experiments/gpu_check.toml (sequential, data and model
 #      parallel) on the GPUs nvidia-smi lists (with one GPU, replicas and stages share it).
 # TANDEM_GPU_CHECK_BACKEND=wgpu runs the same on wgpu (on a machine without a GPU, lavapipe:
 # PyTorch is left out); TANDEM_GPU_CHECK_BATCHES and TANDEM_GPU_CHECK_ARCHS narrow step 1.
 # Usage: scripts/gpu-check.sh [results-dir]   (default: results/gpu-check)
 #        scripts/gpu-check.sh --bundle DIR   builds here (release, cuda and wgpu) and copies the
-#                                            three programs to DIR
+#                                            four programs to DIR
 #        TANDEM_PREBUILT=DIR scripts/gpu-check.sh …   runs them on a GPU machine without Rust.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,15 +48,16 @@ within() {
 
 build() {
     step "build (release, features cuda,wgpu)"
-    # One cargo invocation builds the CLI, the GPU test and the throughput benchmark, so Burn is
+    # One cargo invocation builds the CLI, the GPU test and the two benchmarks, so Burn is
     # compiled once (separate invocations resolve other features and compile it again); the CLI's
     # test is named only for the `tandem` program that cargo builds beside it.
     within cargo test --release --locked --no-run -p tandem-experiment -p tandem-cli \
-        --features "tandem-cli/cuda,tandem-cli/wgpu" --test gpu_backends --test cli --bench throughput \
+        --features "tandem-cli/cuda,tandem-cli/wgpu" --test gpu_backends --test cli --bench throughput --bench kernel_table \
         2> "$out/build.log" || { tail -40 "$out/build.log"; exit 1; }
     executable() { sed -n "s|.*Executable [^ ]*$1 (\(.*\))|\1|p" "$out/build.log" | head -1; }
     gpu_test=$(executable gpu_backends.rs)
     throughput=$(executable throughput.rs)
+    kernel_table=$(executable kernel_table.rs)
     tandem=target/release/tandem
 }
 if [ -n "$bundle" ]; then
@@ -63,6 +65,7 @@ if [ -n "$bundle" ]; then
     build
     mkdir -p "$bundle"
     cp "$gpu_test" "$bundle/gpu_backends" && cp "$throughput" "$bundle/throughput" && cp "$tandem" "$bundle/tandem"
+    cp "$kernel_table" "$bundle/kernel_table"
     echo "the GPU check's programs are in $bundle: run TANDEM_PREBUILT=$bundle $0 on the GPU machine"
     exit 0
 fi
@@ -79,10 +82,11 @@ if [ "$gpus" -ge 2 ]; then devices=$backend:0,$backend:1; else devices=$backend:
 
 if [ -n "${TANDEM_PREBUILT:-}" ]; then
     gpu_test=$TANDEM_PREBUILT/gpu_backends throughput=$TANDEM_PREBUILT/throughput tandem=$TANDEM_PREBUILT/tandem
+    kernel_table=$TANDEM_PREBUILT/kernel_table
 else
     build
 fi
-[ -x "$gpu_test" ] && [ -x "$throughput" ] && [ -x "$tandem" ] || { echo "error: build outputs missing (see $out/build.log)" >&2; exit 1; }
+[ -x "$gpu_test" ] && [ -x "$throughput" ] && [ -x "$tandem" ] && [ -x "$kernel_table" ] || { echo "error: build outputs missing (see $out/build.log)" >&2; exit 1; }
 
 step "1. Tandem beside PyTorch on $device_name (samples/s, reference shape, batches $batches)"
 rm -f "$out/tandem.jsonl" "$out/pytorch.jsonl"
@@ -103,7 +107,8 @@ python3 scripts/side-by-side.py "$out/tandem.jsonl" "$out/pytorch.jsonl" --backe
 step "2. agreement with ndarray and end-to-end runs ($backend required)"
 TANDEM_REQUIRE_BACKENDS=$backend within "$gpu_test" --test-threads 1
 
-step "3. GPU time per kernel (batch 64; CubeCL times each kernel alone)"
+step "3. the kernel table (estimated for an H100), then GPU time per kernel (batch 64; CubeCL times each kernel alone)"
+TANDEM_BENCH_BACKENDS="$backend" TANDEM_BENCH_ARCHS="$archs" within "$kernel_table" | tee "$out/kernel-table.md"
 for arch in ${archs//,/ }; do
     echo; echo "$arch:"
     CUBECL_DEBUG_LOG="$out/profile-$arch.log" CUBECL_DEBUG_OPTION=profile TANDEM_BENCH_TANDEM_ONLY=1 \

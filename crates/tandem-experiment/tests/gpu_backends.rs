@@ -21,17 +21,20 @@ mod tests {
 
     use burn::backend::{Autodiff, NdArray};
     use burn::module::{Module, ModuleVisitor, Param};
+    use burn::optim::GradientsParams;
     use burn::tensor::backend::{AutodiffBackend, Backend};
     use burn::tensor::{Bool, Int, Tensor, TensorData};
-    use tandem_experiment::backend::{compiled_backends, with_backend, BackendKind, BackendTask, DeviceSpec};
+    use tandem_experiment::backend::{compiled_backends, launches, with_backend, BackendKind, BackendTask, DeviceSpec};
     use tandem_models::{
         Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig,
     };
+    use tandem_ops::ledger;
     use tandem_parallel::{DataParallel, DataParallelConfig, ModelParallel, ModelParallelConfig, Schedule};
     use tandem_testing::{
         exact_train_config, initial_model, one_epoch, reference_model, relative_difference, toy_data, toy_models,
     };
-    use tandem_train::{Sequential, Strategy};
+    use tandem_train::optim::AnyOptimizer;
+    use tandem_train::{Sequential, Strategy, TrainConfig};
 
     type Reference = Autodiff<NdArray>;
 
@@ -106,6 +109,7 @@ mod tests {
         Matmul,
         Training,
         Strategies,
+        Ledger,
     }
 
     /// A check on one backend.
@@ -126,6 +130,7 @@ mod tests {
                 Check::Matmul => matmul_agrees_with_ndarray::<B>(name, device),
                 Check::Training => training_agrees_with_ndarray::<B>(name, device),
                 Check::Strategies => strategies_agree_on::<B>(name, device),
+                Check::Ledger => every_tandem_launch_writes_down_its_work::<B>(name, device),
             }
         }
     }
@@ -453,6 +458,49 @@ mod tests {
             }
         }
         assert!(beyond.is_empty(), "{}", beyond.join("\n"));
+    }
+
+    /// One training step (clipped AdamW) of each small architecture and of a Transformer with
+    /// dropout: each launch of a Tandem kernel has the ledger entry the kernel table reads, and
+    /// each entry its launch.
+    fn every_tandem_launch_writes_down_its_work<B: AutodiffBackend>(name: &str, device: B::Device) {
+        assert!(launches::install(), "the launch counter is the process's tracing subscriber");
+        let mut configs = configs();
+        configs.push(ModelConfig::Transformer(TransformerConfig {
+            d_model: 8,
+            heads: 2,
+            d_ff: 16,
+            ..Default::default()
+        }));
+        for config in configs {
+            let model = config.init::<B>(&INPUT, &device);
+            let mut optimizer = AnyOptimizer::for_model(&TrainConfig::default(), &model);
+            let (tokens, pad) = batch::<B>(&device);
+            B::sync(&device).expect("the device finishes its queued work");
+            launches::name_launches();
+            ledger::open();
+            let labels = Tensor::from_data(TensorData::new(vec![0i64, 1, 2], [3]), &device);
+            let loss = tandem_train::loss(model.forward(tokens, &pad), labels);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let _ = optimizer.step(1e-3, model, grads);
+            B::sync(&device).expect("the device finishes its queued work");
+            let works = ledger::close();
+            let paired = ledger::pair(launches::named_launches(), works)
+                .unwrap_or_else(|e| panic!("{name}, {}: {e}", config.architecture().name()));
+            let tandem = paired.iter().filter(|(_, work)| work.is_some()).count();
+            eprintln!(
+                "{name}, {}: {} launches, {tandem} of Tandem's kernels, each written down",
+                config.architecture().name(),
+                paired.len()
+            );
+            assert!(tandem > 0);
+        }
+    }
+
+    #[test]
+    fn every_launch_of_a_tandem_kernel_writes_down_its_work_for_the_kernel_table() {
+        let _serial = serial();
+        on_each_gpu_backend(Check::Ledger);
     }
 
     #[test]

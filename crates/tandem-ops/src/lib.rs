@@ -20,6 +20,7 @@ mod fast_path;
 mod gpu;
 #[cfg(all(test, feature = "wgpu"))]
 mod gpu_agreement;
+pub mod ledger;
 mod ops;
 mod optimizer;
 mod row_op;

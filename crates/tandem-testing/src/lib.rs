@@ -6,6 +6,7 @@ pub mod data_dir;
 pub use data_dir::ag_news_dir;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor, TensorData};
 use tandem_data::{Encoded, Sample, Vocab, VocabConfig};
 use tandem_models::{Architecture, Classifier, CnnConfig, InputSpec, ModelConfig, RecurrentConfig, TransformerConfig};
 
@@ -101,6 +102,26 @@ pub fn reference_model(architecture: Architecture) -> ModelConfig {
         Architecture::Transformer => {
             ModelConfig::Transformer(TransformerConfig { dropout: 0.0, embedding_dropout: 0.0, ..Default::default() })
         }
+    }
+}
+
+/// Positions per sample and the vocabulary of the benchmarks' reference shape.
+pub const REFERENCE_SEQ: usize = 64;
+pub const REFERENCE_VOCAB: usize = 20_000;
+
+/// A batch of `batch` samples at the reference shape ([`REFERENCE_SEQ`] positions, no padding,
+/// tokens spread over the [`REFERENCE_VOCAB`] ids, four classes in turn), the same every time.
+pub fn reference_batch<B: Backend>(batch: usize, device: &B::Device) -> tandem_data::Batch<B> {
+    let (seq, vocab) = (REFERENCE_SEQ, REFERENCE_VOCAB);
+    let ids: Vec<i64> = (0..batch * seq).map(|i| ((i * 7919) % (vocab - 2) + 2) as i64).collect();
+    tandem_data::Batch {
+        tokens: Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), device),
+        mask_pad: Tensor::<B, 2, Int>::zeros([batch, seq], device).equal_elem(1),
+        lengths: Tensor::full([batch], seq as i64, device),
+        labels: Tensor::<B, 1, Int>::from_data(
+            TensorData::new((0..batch as i64).map(|i| i % 4).collect(), [batch]),
+            device,
+        ),
     }
 }
 

@@ -5,13 +5,18 @@
 //! to watch. CubeCL (built with its `tracing` feature) opens a trace-level span for every kernel
 //! it launches, on every backend and device; [`install`] makes a process-wide tracing subscriber
 //! that counts those spans and ignores everything else, so that [`count`] can be read before and
-//! after any piece of work. Without [`install`], or in a build without GPU backends, nothing is
-//! counted and nothing costs anything.
+//! after any piece of work, and [`name_launches`] makes it write down each kernel's name too, for
+//! the kernel table. Without [`install`], or in a build without GPU backends, nothing is counted
+//! and nothing costs anything.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tandem_ops::ledger::Recorder;
+
 /// Kernels launched since [`install`].
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+/// Their names since [`name_launches`].
+static NAMES: Recorder<String> = Recorder::new();
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use tracing::{
@@ -44,8 +49,13 @@ impl Subscriber for LaunchCounter {
         is_launch(metadata)
     }
 
-    fn new_span(&self, _span: &Attributes<'_>) -> Id {
+    fn new_span(&self, span: &Attributes<'_>) -> Id {
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        NAMES.push(|| {
+            let mut name = KernelName(String::new());
+            span.record(&mut name);
+            name.0
+        });
         Id::from_u64(1)
     }
 
@@ -58,6 +68,30 @@ impl Subscriber for LaunchCounter {
     fn enter(&self, _span: &Id) {}
 
     fn exit(&self, _span: &Id) {}
+}
+
+/// The `kernel.name` field of a launch span.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+struct KernelName(String);
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl tracing::field::Visit for KernelName {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "kernel.name" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+/// Starts writing down the name of every kernel launched from now on (with [`install`]), in
+/// launch order; the names before are forgotten.
+pub fn name_launches() {
+    NAMES.open();
+}
+
+/// Stops writing down names and returns those since [`name_launches`].
+pub fn named_launches() -> Vec<String> {
+    NAMES.close()
 }
 
 /// Starts counting kernel launches in this process. Returns `false` (and counts nothing) if

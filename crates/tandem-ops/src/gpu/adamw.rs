@@ -11,6 +11,7 @@ use cubecl::CubeDim;
 
 use super::{empty_like, groups};
 use crate::adamw::AdamWScalars;
+use crate::ledger::{note, Work};
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -94,6 +95,7 @@ pub(crate) fn steps<R: CubeRuntime>(
     for group in groups(tensors, 7, 1, &client) {
         let rows = group.len();
         let width = group.iter().map(|[p, ..]| p.shape().num_elements().div_ceil(UNITS as usize)).max().unwrap_or(1);
+        let elements: usize = group.iter().map(|[p, ..]| p.shape().num_elements()).sum();
         let mut inputs: [SequenceArg<R, Tensor<f32>>; 4] = Default::default();
         let mut outputs: [SequenceArg<R, Tensor<f32>>; 3] = Default::default();
         for [param, grad, moment_1, moment_2] in group {
@@ -109,10 +111,18 @@ pub(crate) fn steps<R: CubeRuntime>(
         }
         let [params, grads, moments_1, moments_2] = inputs;
         let [out_params, out_moments_1, out_moments_2] = outputs;
+        let (count, dim) =
+            (CubeCount::Static(width.clamp(1, MAX_CUBES) as u32, rows as u32, 1), CubeDim::new_1d(UNITS));
+        note(|| {
+            // Four values read and three written per element; a unit's loop strides over the
+            // largest parameter.
+            let work = Work::of("adamw::adamw_kernel", &count, dim).moves(7 * elements + 1).computes(16 * elements);
+            work.waits(width.div_ceil(MAX_CUBES), 0)
+        });
         adamw_kernel::launch::<R>(
             &client,
-            CubeCount::Static(width.clamp(1, MAX_CUBES) as u32, rows as u32, 1),
-            CubeDim::new_1d(UNITS),
+            count,
+            dim,
             params,
             grads,
             moments_1,

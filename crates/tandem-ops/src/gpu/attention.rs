@@ -19,9 +19,10 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::empty_like;
-use super::lanes::{row_cubes, row_max, row_span, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
+use super::lanes::{row_cubes, row_max, row_span, row_sum, tree_reads, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::rows::dropout_factor;
 use crate::dropout::Draw;
+use crate::ledger::{note, Work};
 
 /// What attention's kernels need besides tensors.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -317,6 +318,22 @@ struct Scalars {
 }
 
 impl Scalars {
+    /// What a launch of `kernel` over `count` cubes of `dim` moves and computes: four values per
+    /// position and column of a head (projections and context or their gradients), `scores`
+    /// values per score, four flops per score and column. A row's lanes score its keys (a dot
+    /// product each) and then sum its columns over the keys; a key-side row only the latter.
+    fn work(&self, kernel: &'static str, count: &CubeCount, dim: CubeDim, scores: usize, key_side: bool) -> Work {
+        let (rows, seq, d_k) = (self.rows as usize, self.seq as usize, self.d_k as usize);
+        let lanes = LANES as usize;
+        let (key_steps, column_steps) = (seq.div_ceil(lanes), d_k.div_ceil(lanes));
+        let work =
+            Work::of(kernel, count, dim).moves(4 * rows * d_k + scores * rows * seq).computes(4 * rows * seq * d_k);
+        match key_side {
+            true => work.waits(column_steps * seq, 0),
+            false => work.waits(key_steps * d_k + column_steps * seq, 2 * tree_reads(lanes) + 2 * key_steps),
+        }
+    }
+
     /// For `projected` `[batch · seq, 3 · heads · d_k]` and `padding` `[batch, seq]`.
     fn of<R: CubeRuntime>(spec: &AttentionSpec, projected: &CubeTensor<R>, padding: &CubeTensor<R>) -> Self {
         let [batch, seq] = padding.shape().dims::<2>();
@@ -346,6 +363,7 @@ pub(crate) fn forward<R: CubeRuntime>(
     let weights = empty_like(&projected, Shape::new([batch, spec.heads, seq, seq]));
     let context = empty_like(&projected, Shape::new([batch * seq, (spec.heads * n.d_k as usize)]));
     let (count, dim, scores) = geometry(&projected, n.rows as usize, seq);
+    note(|| n.work("attention::forward_kernel", &count, dim, 1, false));
     forward_kernel::launch::<R>(
         &projected.client.clone(),
         count,
@@ -379,6 +397,8 @@ pub(crate) fn backward<R: CubeRuntime>(tape: AttentionTape<CubeTensor<R>>, grad:
     let d_projected = empty_like(&projected, projected.shape());
     let client = projected.client.clone();
     let (count, dim, scores) = geometry(&projected, n.rows as usize, n.seq as usize);
+    note(|| n.work("attention::query_gradient_kernel", &count, dim, 2, false));
+    note(|| n.work("attention::key_value_gradient_kernel", &count, dim, 2, true));
     query_gradient_kernel::launch::<R>(
         &client,
         count.clone(),

@@ -7,6 +7,8 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
+use crate::ledger::{note, Work};
+
 /// Writes each element of `output` from the piece of `pieces` that holds its place along `dim`
 /// (the pieces in order; any strides).
 #[cube(launch)]
@@ -48,14 +50,9 @@ pub(crate) fn concat<R: CubeRuntime>(pieces: Vec<CubeTensor<R>>, dim: usize) -> 
     let handle = client.empty((elements * dtype.size()).max(4));
     let output = CubeTensor::new_contiguous(client.clone(), device, shape, handle, dtype);
     let cube_dim = CubeDim::new_1d(256);
+    let count = calculate_cube_count_elemwise(&client, elements, cube_dim);
+    note(|| Work::of("concat::concat_kernel", &count, cube_dim).moves(2 * elements).waits(1, 0));
     let pieces: SequenceArg<R, Tensor<f32>> = pieces.into_iter().map(|p| p.into_tensor_arg()).collect();
-    concat_kernel::launch::<R>(
-        &client,
-        calculate_cube_count_elemwise(&client, elements, cube_dim),
-        cube_dim,
-        pieces,
-        output.clone().into_tensor_arg(),
-        dim as u32,
-    );
+    concat_kernel::launch::<R>(&client, count, cube_dim, pieces, output.clone().into_tensor_arg(), dim as u32);
     output
 }

@@ -20,6 +20,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::{empty_like, one_unit_each};
+use crate::ledger::{note, Work};
 
 /// Units of a cube of the sorting kernel: the keys it stages in shared memory at a time.
 const TILE: u32 = 256;
@@ -208,6 +209,9 @@ pub(crate) fn forward<R: CubeRuntime>(
     let out = empty_like(&tokens, Shape::new([batch, seq, dim]));
     let (count, cube_dim) = one_unit_each(&tokens, batch * seq * dim);
     let with_positions = positions.is_some();
+    // The id, then the token's row: two reads one after the other.
+    let tables = if with_positions { 2 } else { 1 };
+    note(|| Work::of("embedding::lookup_kernel", &count, cube_dim).moves((1 + tables) * batch * seq * dim).waits(2, 0));
     // Without positions the kernel reads nothing there.
     let positions = positions.map(into_contiguous).unwrap_or_else(|| tokens.clone());
     let id_type = ids.dtype;
@@ -246,6 +250,14 @@ pub(crate) fn backward<R: CubeRuntime>(
     let d_positions = position_rows.map(|rows| empty_like(&grad, Shape::new([rows, dim])));
     let units = vocab.max(position_rows.unwrap_or(0)) * dim;
     let (count, cube_dim) = one_unit_each(&grad, units);
+    note(|| {
+        // Each value written once, each gradient read once; a token's binary search and its
+        // position's walk down the batch. A token's run adds two reads per position that holds
+        // it: the ids are on the device, so the longest run is not known here (see the docs).
+        let work = Work::of("embedding::lookup_backward_kernel", &count, cube_dim).moves(units + places * dim);
+        let search = places.max(1).ilog2() as usize + 2;
+        work.computes(places * dim).waits(search + if position_rows.is_some() { batch } else { 0 }, 0)
+    });
     // Without positions the kernel writes nothing there; a buffer of its own keeps bindings apart.
     let positions_out = d_positions.clone().unwrap_or_else(|| empty_like(&grad, Shape::new([1])));
     lookup_backward_kernel::launch::<R>(
@@ -280,10 +292,14 @@ fn sorted_places<R: CubeRuntime>(
     };
     let (order, keys) = (u32s(), u32s());
     let cubes = places.div_ceil(TILE as usize).max(1) as u32;
+    let (count, dim) = (CubeCount::Static(cubes, 1, 1), CubeDim::new_1d(TILE));
+    // A tile of keys read at a time, then compared one by one from shared memory.
+    let tiles = places.div_ceil(TILE as usize);
+    note(|| Work::of("embedding::sort_kernel", &count, dim).moves(4 * places).waits(tiles, places));
     sort_kernel::launch::<R>(
         &ids.client.clone(),
-        CubeCount::Static(cubes, 1, 1),
-        CubeDim::new_1d(TILE),
+        count,
+        dim,
         ids.clone().into_tensor_arg(),
         padding.clone().into_tensor_arg(),
         order.clone().into_tensor_arg(),

@@ -29,6 +29,11 @@ pub(crate) fn row_cubes<R: CubeRuntime>(
     (calculate_cube_count_elemwise(&like.client, cubes.max(1) * cube_dim.num_elems() as usize, cube_dim), cube_dim)
 }
 
+/// Dependent shared-memory reads of one [`tree`] over `count` units: a level each, and the total.
+pub(crate) fn tree_reads(count: usize) -> usize {
+    count.max(1).ilog2() as usize + 1
+}
+
 /// The row of this unit, and its lane.
 #[cube]
 pub(crate) fn row_and_lane() -> (usize, usize) {

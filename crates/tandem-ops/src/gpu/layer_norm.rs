@@ -15,8 +15,9 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::empty_like;
-use super::lanes::{row_cubes, row_span, row_sum, tree, CUBE_UNITS, LANES, ROWS_PER_CUBE};
+use super::lanes::{row_cubes, row_span, row_sum, tree, tree_reads, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::rows::rows_of;
+use crate::ledger::{note, Work};
 
 /// What the backward kernel reads, as tensors `T` of the backend.
 #[derive(Clone, Debug)]
@@ -149,6 +150,10 @@ pub(crate) fn forward<R: CubeRuntime>(
     let [out, normalized] = [0; 2].map(|_| empty_like(&x, shape.clone()));
     let inverse = empty_like(&x, Shape::new([rows]));
     let (count, dim) = row_cubes(&x, rows, ROWS_PER_CUBE, 0);
+    note(|| {
+        let work = Work::of("layer_norm::forward_kernel", &count, dim).moves(3 * rows * width + 2 * width + rows);
+        work.computes(8 * rows * width).waits(3 * width.div_ceil(LANES as usize), 2 * tree_reads(LANES as usize))
+    });
     forward_kernel::launch::<R>(
         &x.client.clone(),
         count,
@@ -175,6 +180,12 @@ pub(crate) fn backward<R: CubeRuntime>(tape: LayerNormTape<CubeTensor<R>>, grad:
     let d_x = empty_like(&grad, shape);
     let [d_gamma, d_beta] = [0; 2].map(|_| empty_like(&grad, Shape::new([width])));
     let (count, dim) = row_cubes(&grad, rows, ROWS_PER_CUBE, width);
+    note(|| {
+        let work = Work::of("layer_norm::backward_kernel", &count, dim).moves(3 * rows * width + 3 * width + rows);
+        // The longer of a row's three passes and a column's walk down the rows.
+        let reads = (3 * width.div_ceil(LANES as usize)).max(rows.div_ceil(CUBE_UNITS as usize));
+        work.computes(12 * rows * width).waits(reads, 2 * tree_reads(CUBE_UNITS as usize))
+    });
     backward_kernel::launch::<R>(
         &grad.client.clone(),
         count,

@@ -15,6 +15,7 @@ use cubecl::prelude::*;
 
 use super::rows::softmax_row;
 use super::{empty_like, one_unit_each};
+use crate::ledger::{note, Work};
 
 /// Units of the forward kernel's one cube.
 const UNITS: u32 = 256;
@@ -82,10 +83,16 @@ pub(crate) fn forward<R: CubeRuntime>(logits: CubeTensor<R>, labels: CubeTensor<
     let softmax = empty_like(&logits, Shape::new([rows, classes]));
     let loss = empty_like(&logits, Shape::new([1]));
     let labels_dtype = labels.dtype;
+    let (count, dim) = (CubeCount::Static(1, 1, 1), CubeDim::new_1d(UNITS));
+    // A unit's rows, three passes over each, then unit 0's sum of the units' totals.
+    note(|| {
+        let work = Work::of("loss::forward_kernel", &count, dim).moves(2 * rows * classes + 2 * rows);
+        work.computes(6 * rows * classes).waits(rows.div_ceil(UNITS as usize) * 3 * classes, UNITS as usize)
+    });
     forward_kernel::launch::<R>(
         &logits.client.clone(),
-        CubeCount::Static(1, 1, 1),
-        CubeDim::new_1d(UNITS),
+        count,
+        dim,
         logits.into_tensor_arg(),
         labels.into_tensor_arg(),
         softmax.clone().into_tensor_arg(),
@@ -109,6 +116,12 @@ pub(crate) fn backward<R: CubeRuntime>(
     let out = empty_like(&softmax, shape);
     let client = softmax.client.clone();
     let (count, dim) = one_unit_each(&softmax, rows * classes);
+    note(|| {
+        Work::of("loss::backward_kernel", &count, dim)
+            .moves(2 * rows * classes + rows)
+            .computes(3 * rows * classes)
+            .waits(2, 0)
+    });
     let labels_dtype = labels.dtype;
     backward_kernel::launch::<R>(
         &client,

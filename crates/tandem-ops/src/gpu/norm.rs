@@ -11,6 +11,7 @@ use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use super::groups;
+use crate::ledger::{note, Work};
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -78,15 +79,15 @@ pub(crate) fn partial_squares<R: CubeRuntime>(tensors: Vec<CubeTensor<R>>) -> Cu
     let mut offset = 0;
     for (group, width) in groups.into_iter().zip(widths) {
         let rows = group.len();
+        let (count, dim) = (CubeCount::Static(width as u32, rows as u32, 1), CubeDim::new_1d(UNITS));
+        let elements: usize = group.iter().map(|t| t.shape().num_elements()).sum();
+        let longest = group.iter().map(|t| t.shape().num_elements()).max().unwrap_or(0);
+        note(|| {
+            let work = Work::of("norm::squares_kernel", &count, dim).moves(elements + rows * width * UNITS as usize);
+            work.computes(2 * elements).waits(longest.div_ceil(width * UNITS as usize), 0)
+        });
         let values: SequenceArg<R, Tensor<f32>> = group.into_iter().map(|t| t.into_tensor_arg()).collect();
-        squares_kernel::launch::<R>(
-            &client,
-            CubeCount::Static(width as u32, rows as u32, 1),
-            CubeDim::new_1d(UNITS),
-            values,
-            partials.clone().into_tensor_arg(),
-            offset as u32,
-        );
+        squares_kernel::launch::<R>(&client, count, dim, values, partials.clone().into_tensor_arg(), offset as u32);
         offset += rows * width * UNITS as usize;
     }
     partials

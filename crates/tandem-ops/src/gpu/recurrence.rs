@@ -21,6 +21,7 @@ use cubecl::prelude::*;
 
 use super::{empty_like, RecurrenceTape};
 use crate::cpu::recurrence::Cell;
+use crate::ledger::{note, Work};
 
 /// Values the forward kernel keeps per sample, step and hidden unit for the backward kernel:
 /// LSTM `[i, f, o, g, c]` (activated gates and the new cell state), GRU `[z, r, h·W_n + b_n, n]`.
@@ -55,6 +56,7 @@ fn forward_kernel<F: Float>(
     reverse: u32,
     #[comptime] hidden: u32,
     #[comptime] rows: u32,
+    #[comptime] parts: u32,
     #[comptime] lstm: bool,
     #[comptime] record: bool,
     #[define(F)] _dtype: StorageType,
@@ -66,15 +68,19 @@ fn forward_kernel<F: Float>(
     let kept = comptime!(if lstm { 5usize } else { 4usize });
     let seq = seq as usize;
     let r = UNIT_POS_Y as usize;
+    let part = UNIT_POS_Z as usize;
     let b = CUBE_POS_X as usize * rows_len + r;
     let active = b < batch as usize;
     let stride = CUBE_DIM_X as usize;
+    let (from, to) = share(part, parts, h_len);
 
-    // Hidden state, two buffers of `rows × H` (read one, write the other); LSTM cell state.
+    // Hidden state, two buffers of `rows × H` (read one, write the other); LSTM cell state; each
+    // part's sums of `h · W_h`, `parts × rows × G·H`.
     let mut state = SharedMemory::<F>::new(2 * rows_len * h_len);
     let mut cells = SharedMemory::<F>::new(rows_len * h_len);
+    let mut sums = SharedMemory::<F>::new(parts as usize * rows_len * width);
     let mut k = UNIT_POS_X as usize;
-    while k < h_len {
+    while k < h_len && part == 0 {
         state[r * h_len + k] = F::new(0.0);
         state[(rows_len + r) * h_len + k] = F::new(0.0);
         cells[r * h_len + k] = F::new(0.0);
@@ -86,26 +92,43 @@ fn forward_kernel<F: Float>(
         let t = if reverse == 1 { seq - 1 - s } else { s };
         let read = (s % 2) * rows_len * h_len + r * h_len;
         let write = ((s + 1) % 2) * rows_len * h_len + r * h_len;
-        if active {
+        // This part's terms of `h · W_h` for the unit's hidden units.
+        let own = (part * rows_len + r) * width;
+        let mut k = UNIT_POS_X as usize;
+        while k < h_len && active {
+            let mut a0 = F::new(0.0);
+            let mut a1 = F::new(0.0);
+            let mut a2 = F::new(0.0);
+            let mut a3 = F::new(0.0);
+            for j in from..to {
+                let h = state[read + j];
+                let w = j * width + k;
+                a0 += h * weight[w];
+                a1 += h * weight[w + h_len];
+                a2 += h * weight[w + 2 * h_len];
+                if lstm {
+                    a3 += h * weight[w + 3 * h_len];
+                }
+            }
+            sums[own + k] = a0;
+            sums[own + h_len + k] = a1;
+            sums[own + 2 * h_len + k] = a2;
+            if lstm {
+                sums[own + 3 * h_len + k] = a3;
+            }
+            k += stride;
+        }
+        sync_cube();
+        if active && part == 0 {
             let row = b * seq + t;
             let mut k = UNIT_POS_X as usize;
             while k < h_len {
-                let mut a0 = bias[k];
-                let mut a1 = bias[h_len + k];
-                let mut a2 = bias[2 * h_len + k];
+                let a0 = bias[k] + gathered(&sums, parts, rows_len * width, r * width + k);
+                let a1 = bias[h_len + k] + gathered(&sums, parts, rows_len * width, r * width + h_len + k);
+                let a2 = bias[2 * h_len + k] + gathered(&sums, parts, rows_len * width, r * width + 2 * h_len + k);
                 let mut a3 = F::new(0.0);
                 if lstm {
-                    a3 = bias[3 * h_len + k];
-                }
-                for j in 0..h_len {
-                    let h = state[read + j];
-                    let w = j * width + k;
-                    a0 += h * weight[w];
-                    a1 += h * weight[w + h_len];
-                    a2 += h * weight[w + 2 * h_len];
-                    if lstm {
-                        a3 += h * weight[w + 3 * h_len];
-                    }
+                    a3 = bias[3 * h_len + k] + gathered(&sums, parts, rows_len * width, r * width + 3 * h_len + k);
                 }
                 let x = row * width + k;
                 let before = state[read + k];
@@ -150,6 +173,28 @@ fn forward_kernel<F: Float>(
     }
 }
 
+/// The range of `0..length` that part `part` of `parts` sums: the first parts a term more where
+/// `parts` does not divide `length`.
+#[cube]
+fn share(part: usize, #[comptime] parts: u32, length: usize) -> (usize, usize) {
+    let (each, extra) = (length / parts as usize, length % parts as usize);
+    let from = part * each + select(part < extra, part, extra);
+    (from, from + each + select(part < extra, 1usize, 0usize))
+}
+
+/// The sum over the `parts` parts of the value at `at` of each part's `size` values in `sums`, in
+/// part order.
+#[cube]
+fn gathered<F: Float>(sums: &SharedMemory<F>, #[comptime] parts: u32, size: usize, at: usize) -> F {
+    let count = comptime!(parts as usize);
+    let mut total = F::new(0.0);
+    #[unroll]
+    for part in 0..count {
+        total += sums[part * size + at];
+    }
+    total
+}
+
 /// Back-propagation through time. `grad` `[batch, seq, H]` (of the output), `tape` and
 /// `previous` from [`forward_kernel`], `weight_t` `[G·H, H]` (the hidden weight transposed,
 /// contiguous); writes `d_projected` `[batch, seq, G·H]` and, for the GRU, `d_recurrent` (the
@@ -168,6 +213,7 @@ fn backward_kernel<F: Float>(
     reverse: u32,
     #[comptime] hidden: u32,
     #[comptime] rows: u32,
+    #[comptime] parts: u32,
     #[comptime] lstm: bool,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -178,18 +224,22 @@ fn backward_kernel<F: Float>(
     let kept = comptime!(if lstm { 5usize } else { 4usize });
     let seq = seq as usize;
     let r = UNIT_POS_Y as usize;
+    let part = UNIT_POS_Z as usize;
     let b = CUBE_POS_X as usize * rows_len + r;
     let active = b < batch as usize;
     let stride = CUBE_DIM_X as usize;
     let one = F::new(1.0);
+    let (from, to) = share(part, parts, width);
 
     // The gate derivatives of a step, two buffers (one step writes one while the next reads the
-    // other); `∂h` carried to the step before (owned by the unit of each hidden unit); LSTM `∂c`.
+    // other); `∂h` carried to the step before (owned by the part-0 unit of each hidden unit); LSTM
+    // `∂c`; each part's sums of `∂gates · W_hᵀ`, `parts × rows × H`.
     let mut derivatives = SharedMemory::<F>::new(2 * rows_len * gates * h_len);
     let mut carried = SharedMemory::<F>::new(rows_len * h_len);
     let mut carried_cell = SharedMemory::<F>::new(rows_len * h_len);
+    let mut sums = SharedMemory::<F>::new(parts as usize * rows_len * h_len);
     let mut k = UNIT_POS_X as usize;
-    while k < h_len {
+    while k < h_len && part == 0 {
         carried[r * h_len + k] = F::new(0.0);
         carried_cell[r * h_len + k] = F::new(0.0);
         k += stride;
@@ -200,7 +250,7 @@ fn backward_kernel<F: Float>(
         let s = seq - 1 - back;
         let t = if reverse == 1 { seq - 1 - s } else { s };
         let buffer = (back % 2) * rows_len * width + r * width;
-        if active {
+        if active && part == 0 {
             let row = b * seq + t;
             let mut k = UNIT_POS_X as usize;
             while k < h_len {
@@ -257,31 +307,47 @@ fn backward_kernel<F: Float>(
             }
         }
         sync_cube();
-        if active && s > 0 {
-            let mut k = UNIT_POS_X as usize;
-            while k < h_len {
-                let mut sum = F::new(0.0);
-                for j in 0..width {
-                    sum += derivatives[buffer + j] * weight_t[j * h_len + k];
-                }
-                if lstm {
-                    carried[r * h_len + k] = sum;
-                } else {
-                    carried[r * h_len + k] += sum;
-                }
-                k += stride;
+        // This part's terms of `∂gates · W_hᵀ` for the unit's hidden units, then part 0 adds the
+        // parts' sums to what it carries back.
+        let own = (part * rows_len + r) * h_len;
+        let mut k = UNIT_POS_X as usize;
+        while k < h_len && active && s > 0 {
+            let mut sum = F::new(0.0);
+            for j in from..to {
+                sum += derivatives[buffer + j] * weight_t[j * h_len + k];
             }
+            sums[own + k] = sum;
+            k += stride;
+        }
+        sync_cube();
+        k = UNIT_POS_X as usize;
+        while k < h_len && active && s > 0 && part == 0 {
+            let sum = gathered(&sums, parts, rows_len * h_len, r * h_len + k);
+            if lstm {
+                carried[r * h_len + k] = sum;
+            } else {
+                carried[r * h_len + k] += sum;
+            }
+            k += stride;
         }
     }
 }
 
-/// How the kernels are laid out for one layer: units per cube along the hidden axis and batch
-/// rows per cube.
+/// How the kernels are laid out for one layer: units per cube along the hidden axis, batch rows
+/// per cube, and parts each hidden unit's sums over `W_h` are split into (a unit per part, which
+/// shortens the chain of weight reads each unit waits for in every step).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Launch {
     units: u32,
     rows: u32,
+    parts: u32,
 }
+
+/// Parts a hidden unit's sums are split into, at most.
+const MAX_PARTS: u32 = 8;
+/// Terms of `h · W_h` a part sums, at least: shorter and adding the parts up costs more than the
+/// split saves.
+const MIN_TERMS: usize = 16;
 
 /// Units per cube at most: enough to keep a GPU's cores busy, few enough to stay under every
 /// backend's limit (Vulkan guarantees 128 invocations per workgroup; lavapipe, NVIDIA and
@@ -291,7 +357,8 @@ const MAX_UNITS: u32 = 256;
 impl Launch {
     /// The layout for `batch` rows of `hidden` units, or `None` when the backward kernel's shared
     /// memory (`2 · rows · G·H + 2 · rows · H` values) does not fit in `shared_bytes` even with
-    /// one row per cube, or the cubes exceed `max_cubes`.
+    /// one row per cube, or the cubes exceed `max_cubes`. The parts are as many (a power of two)
+    /// as the units per cube, the shared memory and [`MIN_TERMS`] allow.
     pub(crate) fn plan(
         cell: Cell,
         batch: usize,
@@ -310,7 +377,30 @@ impl Launch {
         // between a few rows.
         let wanted = batch.div_ceil(128).max(1);
         let rows = wanted.min(fit).min((max_units / units) as usize).max(1) as u32;
-        (batch.div_ceil(rows as usize) <= max_cubes as usize).then_some(Self { units, rows })
+        let fits = |parts: u32| {
+            // The forward kernel's state, cells and sums, and the backward kernel's.
+            let (g, h, p) = (cell.gates(), hidden, parts as usize);
+            let values = (3 * h + p * g * h).max(2 * g * h + 2 * h + p * h);
+            rows as usize * values * std::mem::size_of::<f32>() <= shared_bytes
+                && units * rows * parts <= max_units
+                && hidden / parts as usize >= MIN_TERMS
+        };
+        let parts = (0..=MAX_PARTS.ilog2()).rev().map(|e| 1 << e).find(|&p| fits(p)).unwrap_or(1);
+        (batch.div_ceil(rows as usize) <= max_cubes as usize).then_some(Self { units, rows, parts })
+    }
+}
+
+impl Launch {
+    /// The cubes and their units for `batch` rows.
+    fn geometry(&self, batch: usize) -> (CubeCount, CubeDim) {
+        let count = CubeCount::Static((batch as u32).div_ceil(self.rows), 1, 1);
+        (count, CubeDim::new_3d(self.units, self.rows, self.parts))
+    }
+
+    /// Weight reads one unit waits for in a step: its part of `length` terms for each of its
+    /// share of the `hidden` units.
+    fn terms(&self, hidden: usize, length: usize) -> usize {
+        hidden.div_ceil(self.units as usize) * length.div_ceil(self.parts as usize)
     }
 }
 
@@ -348,10 +438,19 @@ pub(crate) fn forward<R: CubeRuntime>(
     };
     let dtype = projected.dtype;
     let client = projected.client.clone();
+    let (count, dim) = launch.geometry(batch);
+    note(|| {
+        // Each step a unit sums `h · W_h` for its hidden units, a weight read per term.
+        let gates = cell.gates();
+        let values = batch * seq * (gates + 1 + if record { taped(lstm) + 1 } else { 0 }) * hidden;
+        let work = Work::of("recurrence::forward_kernel", &count, dim).moves(values + gates * hidden * hidden);
+        work.computes(2 * batch * seq * gates * hidden * hidden)
+            .waits(seq * (launch.terms(hidden, hidden) + 2), seq * (launch.parts as usize + 1))
+    });
     forward_kernel::launch::<R>(
         &client,
-        CubeCount::Static((batch as u32).div_ceil(launch.rows), 1, 1),
-        CubeDim::new_2d(launch.units, launch.rows),
+        count,
+        dim,
         projected.into_tensor_arg(),
         weight.clone().into_tensor_arg(),
         bias.into_tensor_arg(),
@@ -363,6 +462,7 @@ pub(crate) fn forward<R: CubeRuntime>(
         reverse as u32,
         hidden as u32,
         launch.rows,
+        launch.parts,
         lstm,
         record,
         dtype.into(),
@@ -390,10 +490,20 @@ pub(crate) fn backward<R: CubeRuntime>(
         if lstm { empty_like(&grad, Shape::new([1])) } else { empty_like(&grad, Shape::new([batch, seq, width])) };
     let dtype = grad.dtype;
     let client = grad.client.clone();
+    let (count, dim) = launch.geometry(batch);
+    note(|| {
+        // Each step a unit sums `∂gates · W_hᵀ` for its hidden units, a weight read per term.
+        // The GRU writes the gradient of `h · W_h + b` apart from the projections'.
+        let written = if lstm { width } else { 2 * width };
+        let values = batch * seq * ((2 + taped(lstm)) * hidden + written);
+        let work = Work::of("recurrence::backward_kernel", &count, dim).moves(values + width * hidden);
+        work.computes(2 * batch * seq * width * hidden)
+            .waits(seq * (launch.terms(hidden, width) + 4), seq * (launch.parts as usize + 2))
+    });
     backward_kernel::launch::<R>(
         &client,
-        CubeCount::Static((batch as u32).div_ceil(launch.rows), 1, 1),
-        CubeDim::new_2d(launch.units, launch.rows),
+        count,
+        dim,
         grad.into_tensor_arg(),
         into_contiguous(tape.values).into_tensor_arg(),
         into_contiguous(tape.previous.clone()).into_tensor_arg(),
@@ -405,6 +515,7 @@ pub(crate) fn backward<R: CubeRuntime>(
         tape.reverse as u32,
         hidden as u32,
         launch.rows,
+        launch.parts,
         lstm,
         dtype.into(),
     );
@@ -427,12 +538,18 @@ mod tests {
     fn a_layout_fits_the_shared_memory_or_there_is_none() {
         // 48 KiB: an LSTM of hidden 512 needs 20 KiB a row.
         let plan = Launch::plan(Cell::Lstm, 64, 512, 48 * 1024, 1024, 65535).expect("fits");
-        assert_eq!(plan, Launch { units: 256, rows: 1 });
+        assert_eq!(plan, Launch { units: 256, rows: 1, parts: 4 });
         assert!(Launch::plan(Cell::Lstm, 64, 2048, 48 * 1024, 1024, 65535).is_none());
         // A large batch shares weight reads between rows, within the units per cube.
         let plan = Launch::plan(Cell::Gru, 1024, 16, 48 * 1024, 1024, 65535).expect("fits");
-        assert_eq!(plan, Launch { units: 16, rows: 8 });
-        assert_eq!(Launch::plan(Cell::Gru, 3, 6, 16 * 1024, 128, 65535), Some(Launch { units: 6, rows: 1 }));
+        assert_eq!(plan, Launch { units: 16, rows: 8, parts: 1 });
+        assert_eq!(Launch::plan(Cell::Gru, 3, 6, 16 * 1024, 128, 65535), Some(Launch { units: 6, rows: 1, parts: 1 }));
+        // The reference shape: a hidden unit's sums split eight ways where a cube takes 1,024
+        // units, two ways where it takes 256.
+        let plan = Launch::plan(Cell::Lstm, 64, 128, 48 * 1024, 1024, 65535);
+        assert_eq!(plan, Some(Launch { units: 128, rows: 1, parts: 8 }));
+        let plan = Launch::plan(Cell::Lstm, 64, 128, 48 * 1024, 256, 65535);
+        assert_eq!(plan, Some(Launch { units: 128, rows: 1, parts: 2 }));
         // More cubes than the device can count: none.
         assert!(Launch::plan(Cell::Gru, 1 << 30, 512, 48 * 1024, 1024, 65535).is_none());
     }

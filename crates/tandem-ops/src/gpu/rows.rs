@@ -15,9 +15,10 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::lanes::{row_cubes, row_max, row_span, row_sum, CUBE_UNITS, LANES, ROWS_PER_CUBE};
+use super::lanes::{row_cubes, row_max, row_span, row_sum, tree_reads, CUBE_UNITS, LANES, ROWS_PER_CUBE};
 use super::{empty_like, one_unit_each};
 use crate::dropout::Draw;
+use crate::ledger::{note, Work};
 pub(crate) use crate::row_op::RowOp;
 
 /// What the backward kernel of a [`RowOp`] reads, as tensors `T` of the backend.
@@ -110,7 +111,9 @@ fn dropout_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, key_0: u32, key_1: u32
 
 /// Launches [`dropout_kernel`] of `draw` over `x` (contiguous) into `out`.
 fn drop_out<R: CubeRuntime>(draw: Draw, x: CubeTensor<R>, out: &CubeTensor<R>) {
-    let (count, dim) = one_unit_each(&x, out.shape().num_elements());
+    let elements = out.shape().num_elements();
+    let (count, dim) = one_unit_each(&x, elements);
+    note(|| Work::of("rows::dropout_kernel", &count, dim).moves(2 * elements).computes(elements).waits(1, 0));
     let [key_0, key_1] = draw.key;
     dropout_kernel::launch::<R>(
         &x.client.clone(),
@@ -220,11 +223,22 @@ pub(crate) fn forward<R: CubeRuntime>(op: RowOp, x: CubeTensor<R>) -> (CubeTenso
     match op {
         RowOp::Gelu => {
             let (count, dim) = one_unit_each(&x, shape.num_elements());
+            note(|| {
+                Work::of("rows::gelu_kernel", &count, dim)
+                    .moves(2 * rows * width)
+                    .computes(14 * rows * width)
+                    .waits(1, 0)
+            });
             gelu_kernel::launch::<R>(&client, count, dim, x.clone().into_tensor_arg(), out.clone().into_tensor_arg());
             (out, RowTape::Gelu { input: x })
         }
         RowOp::Softmax => {
             let (count, dim) = row_cubes(&x, rows, ROWS_PER_CUBE, 0);
+            note(|| {
+                let work = Work::of("rows::softmax_kernel", &count, dim).moves(2 * rows * width);
+                work.computes(5 * rows * width)
+                    .waits(3 * width.div_ceil(LANES as usize), 2 * tree_reads(LANES as usize))
+            });
             softmax_kernel::launch::<R>(
                 &client,
                 count,
@@ -254,6 +268,12 @@ pub(crate) fn backward<R: CubeRuntime>(tape: RowTape<CubeTensor<R>>, grad: CubeT
     match tape {
         RowTape::Gelu { input } => {
             let (count, dim) = one_unit_each(&grad, shape.num_elements());
+            note(|| {
+                Work::of("rows::gelu_backward_kernel", &count, dim)
+                    .moves(3 * rows * width)
+                    .computes(24 * rows * width)
+                    .waits(1, 0)
+            });
             gelu_backward_kernel::launch::<R>(
                 &client,
                 count,
@@ -265,6 +285,10 @@ pub(crate) fn backward<R: CubeRuntime>(tape: RowTape<CubeTensor<R>>, grad: CubeT
         }
         RowTape::Softmax { output } => {
             let (count, dim) = row_cubes(&grad, rows, ROWS_PER_CUBE, 0);
+            note(|| {
+                let work = Work::of("rows::softmax_backward_kernel", &count, dim).moves(3 * rows * width);
+                work.computes(4 * rows * width).waits(2 * width.div_ceil(LANES as usize), tree_reads(LANES as usize))
+            });
             softmax_backward_kernel::launch::<R>(
                 &client,
                 count,

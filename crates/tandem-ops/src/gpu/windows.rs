@@ -10,6 +10,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
 use super::{empty_like, one_unit_each};
+use crate::ledger::{note, Work};
 
 /// `windows[b, p, k · C + c] = x[b, p + k, c]`, zero where `p + k` is past the end.
 #[cube(launch)]
@@ -52,6 +53,8 @@ pub(crate) fn forward<R: CubeRuntime>(x: CubeTensor<R>, width: usize, positions:
     let [batch, seq, channels] = x.shape().dims::<3>();
     let windows = empty_like(&x, Shape::new([batch, positions, width * channels]));
     let (count, dim) = one_unit_each(&x, batch * positions * width * channels);
+    let values = batch * (positions * width + seq) * channels;
+    note(|| Work::of("windows::forward_kernel", &count, dim).moves(values).waits(1, 0));
     forward_kernel::launch::<R>(
         &x.client.clone(),
         count,
@@ -73,6 +76,13 @@ pub(crate) fn backward<R: CubeRuntime>(grad: CubeTensor<R>, seq: usize, width: u
     let channels = row / width;
     let out = empty_like(&grad, Shape::new([batch, seq, channels]));
     let (count, dim) = one_unit_each(&grad, batch * seq * channels);
+    let values = batch * (positions * width + seq) * channels;
+    note(|| {
+        Work::of("windows::backward_kernel", &count, dim)
+            .moves(values)
+            .computes(batch * seq * channels * width)
+            .waits(width, 0)
+    });
     backward_kernel::launch::<R>(
         &grad.client.clone(),
         count,
