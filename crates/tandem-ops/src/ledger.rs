@@ -158,3 +158,53 @@ impl Work {
         Work { dependent_reads: reads as u64, shared_reads: shared as u64, ..self }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(kernel: &'static str) -> Work {
+        Work { kernel, cubes: 1, units: 32, bytes: 8, flops: 2, dependent_reads: 1, shared_reads: 0 }
+    }
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_tandem_kernel_is_named_by_its_module_and_function() {
+        let launched = "tandem_ops::gpu::loss::forward_kernel::ForwardKernel<cubecl_wgpu::runtime::WgpuRuntime>";
+        assert_eq!(kernel_of(launched).as_deref(), Some("loss::forward_kernel"));
+        assert_eq!(kernel_of("cubek_matmul::launch::MatmulEntry<...>"), None);
+    }
+
+    #[test]
+    fn launches_pair_with_the_entries_in_order_and_burns_with_none() {
+        let launched = names(&[
+            "tandem_ops::gpu::rows::gelu_kernel::GeluKernel<R>",
+            "burn_cubecl::kernel::Add<R>",
+            "tandem_ops::gpu::loss::forward_kernel::ForwardKernel<R>",
+        ]);
+        let paired = pair(launched, vec![work("rows::gelu_kernel"), work("loss::forward_kernel")]).unwrap();
+        let kernels: Vec<_> = paired.iter().map(|(name, w)| (name.as_str(), w.as_ref().map(|w| w.kernel))).collect();
+        assert_eq!(
+            kernels,
+            [
+                ("rows::gelu_kernel", Some("rows::gelu_kernel")),
+                ("burn_cubecl::kernel::Add<R>", None),
+                ("loss::forward_kernel", Some("loss::forward_kernel"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_launch_without_its_entry_or_an_entry_without_its_launch_is_named() {
+        let gelu = || names(&["tandem_ops::gpu::rows::gelu_kernel::GeluKernel<R>"]);
+        let err = pair(gelu(), vec![]).unwrap_err();
+        assert_eq!(err, "rows::gelu_kernel was launched without a ledger entry");
+        let err = pair(gelu(), vec![work("loss::forward_kernel")]).unwrap_err();
+        assert_eq!(err, "rows::gelu_kernel was launched where the ledger has loss::forward_kernel next");
+        let err = pair(gelu(), vec![work("rows::gelu_kernel"), work("loss::backward_kernel")]).unwrap_err();
+        assert_eq!(err, "the ledger has loss::backward_kernel without its launch");
+    }
+}
