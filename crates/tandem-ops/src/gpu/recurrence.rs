@@ -355,9 +355,9 @@ const MIN_TERMS: usize = 16;
 const MAX_UNITS: u32 = 256;
 
 impl Launch {
-    /// The layout for `batch` rows of `hidden` units, or `None` when the backward kernel's shared
-    /// memory (`2 · rows · G·H + 2 · rows · H` values) does not fit in `shared_bytes` even with
-    /// one row per cube, or the cubes exceed `max_cubes`. The parts are as many (a power of two)
+    /// The layout for `batch` rows of `hidden` units, or `None` when the kernels' shared memory
+    /// (the backward kernel's `2 · G·H + 3 · H` values a row with one part) does not fit in
+    /// `shared_bytes` even with one row per cube, or the cubes exceed `max_cubes`. The parts are as many (a power of two)
     /// as the units per cube, the shared memory and [`MIN_TERMS`] allow.
     pub(crate) fn plan(
         cell: Cell,
@@ -368,8 +368,13 @@ impl Launch {
         max_cubes: u32,
     ) -> Option<Self> {
         let units = (hidden as u32).min(MAX_UNITS).min(max_units);
-        let per_row = (2 * cell.gates() * hidden + 2 * hidden) * std::mem::size_of::<f32>();
-        let fit = shared_bytes / per_row.max(1);
+        // Shared memory per batch row with `parts` parts: the forward kernel's state, cells and
+        // sums, or the backward kernel's derivatives, carried values and sums, the larger.
+        let per_row = |parts: usize| {
+            let (g, h) = (cell.gates(), hidden);
+            (3 * h + parts * g * h).max(2 * g * h + 2 * h + parts * h) * std::mem::size_of::<f32>()
+        };
+        let fit = shared_bytes / per_row(1);
         if fit == 0 || units == 0 {
             return None;
         }
@@ -378,10 +383,7 @@ impl Launch {
         let wanted = batch.div_ceil(128).max(1);
         let rows = wanted.min(fit).min((max_units / units) as usize).max(1) as u32;
         let fits = |parts: u32| {
-            // The forward kernel's state, cells and sums, and the backward kernel's.
-            let (g, h, p) = (cell.gates(), hidden, parts as usize);
-            let values = (3 * h + p * g * h).max(2 * g * h + 2 * h + p * h);
-            rows as usize * values * std::mem::size_of::<f32>() <= shared_bytes
+            rows as usize * per_row(parts as usize) <= shared_bytes
                 && units * rows * parts <= max_units
                 && hidden / parts as usize >= MIN_TERMS
         };
